@@ -1,0 +1,125 @@
+"""Token embedding plus the sinusoidal positional encoding of the paper."""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.layers import validation
+
+
+def positional_encoding(length, depth):
+    """The sinusoidal positional encoding of Vaswani et al. (2017), section 3.5.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i/depth)) and
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/depth)): sines and cosines interleaved,
+    exactly as the paper writes it. Every row has norm sqrt(depth / 2), and
+    PE(pos + k) is a fixed block-rotation of PE(pos) for every k.
+
+    Args:
+        length: int. Number of positions.
+        depth: int. Encoding size; must be even.
+
+    Returns:
+        float32 numpy array of shape `(length, depth)`.
+    """
+    validation.check_positive("length", length)
+    validation.check_positive("depth", depth)
+    if depth % 2:
+        raise ValueError(
+            "The sinusoidal encoding pairs a sine with a cosine, so `depth` must be "
+            f"even. Received: depth={depth}"
+        )
+    positions = np.arange(length, dtype=np.float64)[:, None]  # (length, 1)
+    pair_index = np.arange(depth // 2, dtype=np.float64)[None, :]  # (1, depth/2)
+    angles = positions / np.power(10000.0, 2.0 * pair_index / depth)
+    encoding = np.empty((length, depth), dtype=np.float64)
+    encoding[:, 0::2] = np.sin(angles)
+    encoding[:, 1::2] = np.cos(angles)
+    return encoding.astype(np.float32)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionalEmbedding(keras.layers.Layer):
+    """Token embedding scaled by sqrt(d_model) plus the sinusoidal encoding.
+
+    Produces no Keras mask: padding masks are built from token ids by the
+    attention layers that need them.
+
+    Args:
+        vocab_size: int. Number of token ids.
+        d_model: int. Embedding size; even.
+        max_length: int. Longest sequence the layer accepts. Defaults to 2048.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        token_ids: int tensor `(batch, length)`.
+        start_position: int scalar. Position of the first token, for
+            incremental decoding. Defaults to 0.
+
+    Returns:
+        tensor `(batch, length, d_model)` in the compute dtype.
+
+    Example:
+    >>> layer = PositionalEmbedding(vocab_size=100, d_model=8)
+    >>> layer(np.array([[5, 6, 0]])).shape
+    TensorShape([1, 3, 8])
+    """
+
+    def __init__(self, vocab_size, d_model, max_length=2048, **kwargs):
+        super().__init__(**kwargs)
+        validation.check_positive("vocab_size", vocab_size)
+        validation.check_positive("d_model", d_model)
+        validation.check_positive("max_length", max_length)
+        if d_model % 2:
+            raise ValueError(
+                "The sinusoidal encoding needs an even `d_model`. "
+                f"Received: d_model={d_model}"
+            )
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.max_length = max_length
+        self.embedding = keras.layers.Embedding(
+            vocab_size, d_model, dtype=self.dtype_policy, name="token_embedding"
+        )
+        self._encoding = positional_encoding(max_length, d_model)
+
+    def build(self, input_shape):
+        self.embedding.build(input_shape)
+        super().build(input_shape)
+
+    def call(self, token_ids, start_position=0):
+        validation.check_token_ids("token_ids", token_ids)
+        length = tf.shape(token_ids)[1]
+        static_length = token_ids.shape[1]
+        if static_length is not None and static_length > self.max_length:
+            raise ValueError(
+                f"Sequence length {static_length} exceeds max_length={self.max_length}."
+            )
+        end = start_position + length
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_less_equal(
+                    end,
+                    self.max_length,
+                    message=f"Sequence longer than max_length={self.max_length}",
+                )
+            ]
+        ):
+            encoding = tf.cast(self._encoding, self.compute_dtype)[start_position:end]
+        x = self.embedding(token_ids)
+        x = x * tf.cast(math.sqrt(self.d_model), self.compute_dtype)
+        return x + encoding[None, :, :]
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.d_model,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            max_length=self.max_length,
+        )
+        return config

@@ -1,0 +1,92 @@
+"""Position-wise feed-forward sublayer."""
+
+import keras
+
+from keras_transformer.layers import validation
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FeedForward(keras.layers.Layer):
+    """Dense -> activation -> Dense -> dropout, with residual and layer norm.
+
+    Post-LN (default): `y = LayerNorm(x + Dropout(FFN(x)))`; pre-LN
+    (`normalize_first=True`): `y = x + Dropout(FFN(LayerNorm(x)))`.
+
+    Args:
+        d_model: int. Input and output feature size.
+        dff: int. Inner (hidden) size; the paper uses 4 * d_model.
+        dropout_rate: float. Defaults to 0.1.
+        activation: str or callable. Defaults to "relu" as in the paper.
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        x: tensor `(batch, length, d_model)`.
+        training: bool. Enables dropout.
+
+    Example:
+    >>> FeedForward(d_model=8, dff=32)(np.zeros((2, 3, 8))).shape
+    TensorShape([2, 3, 8])
+    """
+
+    def __init__(
+        self,
+        d_model,
+        dff,
+        dropout_rate=0.1,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        normalize_first=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        validation.check_positive("d_model", d_model)
+        validation.check_positive("dff", dff)
+        validation.check_rate("dropout_rate", dropout_rate)
+        self.d_model = d_model
+        self.dff = dff
+        self.dropout_rate = dropout_rate
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.normalize_first = normalize_first
+        self.inner_dense = keras.layers.Dense(
+            dff, activation=self.activation, dtype=self.dtype_policy, name="inner_dense"
+        )
+        self.output_dense = keras.layers.Dense(
+            d_model, dtype=self.dtype_policy, name="output_dense"
+        )
+        self.dropout = keras.layers.Dropout(
+            dropout_rate, dtype=self.dtype_policy, name="dropout"
+        )
+        self.layernorm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
+        )
+
+    def build(self, input_shape):
+        self.inner_dense.build((None, None, self.d_model))
+        self.output_dense.build((None, None, self.dff))
+        self.layernorm.build((None, None, self.d_model))
+        super().build(input_shape)
+
+    def call(self, x, training=None):
+        validation.check_features("x", x, self.d_model)
+        h = self.layernorm(x) if self.normalize_first else x
+        h = self.dropout(self.output_dense(self.inner_dense(h)), training=training)
+        y = x + h
+        return y if self.normalize_first else self.layernorm(y)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            dff=self.dff,
+            dropout_rate=self.dropout_rate,
+            activation=keras.activations.serialize(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            normalize_first=self.normalize_first,
+        )
+        return config

@@ -1,0 +1,176 @@
+"""The encoder-decoder Transformer as a Keras model."""
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers import Decoder, Encoder, masks, validation
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer (Vaswani et al., 2017): ids in, logits out.
+
+    `model((context_ids, target_in_ids))` returns float32 logits of shape
+    `(batch, target_length, target_vocab_size)`. Id 0 is padding in both
+    inputs; the padding masks are computed from the ids and passed explicitly
+    to every attention call, so appending padding to either input leaves the
+    logits at real positions unchanged, and position t never sees targets
+    after t.
+
+    Args:
+        num_layers: int. Blocks in the encoder and in the decoder.
+        d_model: int. Feature size; even and divisible by `num_heads`.
+        num_heads: int. Attention heads (each of size `d_model // num_heads`).
+        dff: int. Feed-forward inner size.
+        input_vocab_size: int. Source vocabulary size.
+        target_vocab_size: int. Target vocabulary size.
+        dropout_rate: float. Defaults to 0.1.
+        max_length: int. Longest source or target sequence. Defaults to 2048.
+        normalize_first: bool. Pre-LN blocks (plus a final layer norm) instead
+            of the paper's post-LN. Defaults to False.
+        tie_embeddings: bool. Use the target embedding matrix (transposed) as
+            the output projection (paper section 3.4). Defaults to False.
+        share_embeddings: bool. One embedding for source and target; the
+            vocabularies must then be the same size. Defaults to False.
+        activation: str. Feed-forward activation. Defaults to "relu".
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        attention_dropout: float. Dropout on attention weights. Defaults to 0.0.
+        **kwargs: base model arguments (`name`, `dtype`, ...).
+
+    Example:
+    >>> model = Transformer(num_layers=2, d_model=16, num_heads=2, dff=32,
+    ...                     input_vocab_size=50, target_vocab_size=60)
+    >>> model((np.array([[5, 6, 0]]), np.array([[2, 7]]))).shape
+    TensorShape([1, 2, 60])
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        input_vocab_size,
+        target_vocab_size,
+        dropout_rate=0.1,
+        max_length=2048,
+        normalize_first=False,
+        tie_embeddings=False,
+        share_embeddings=False,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        attention_dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        validation.check_positive("input_vocab_size", input_vocab_size)
+        validation.check_positive("target_vocab_size", target_vocab_size)
+        if share_embeddings and input_vocab_size != target_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary for source and target. "
+                f"Received: input_vocab_size={input_vocab_size}, "
+                f"target_vocab_size={target_vocab_size}"
+            )
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.input_vocab_size = input_vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.dropout_rate = dropout_rate
+        self.max_length = max_length
+        self.normalize_first = normalize_first
+        self.tie_embeddings = tie_embeddings
+        self.share_embeddings = share_embeddings
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_dropout = attention_dropout
+        common = dict(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            dropout_rate=dropout_rate,
+            max_length=max_length,
+            attention_dropout=attention_dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalize_first=normalize_first,
+            dtype=self.dtype_policy,
+        )
+        self.encoder = Encoder(vocab_size=input_vocab_size, name="encoder", **common)
+        self.decoder = Decoder(vocab_size=target_vocab_size, name="decoder", **common)
+        if share_embeddings:
+            # One layer object, tracked once: its weights are shared.
+            self.decoder.embedding = self.encoder.embedding
+        self.final_layer = (
+            None
+            if tie_embeddings
+            else keras.layers.Dense(
+                target_vocab_size, dtype=self.dtype_policy, name="final_layer"
+            )
+        )
+
+    def build(self, input_shape):
+        context_shape, target_shape = input_shape
+        self.encoder.build(context_shape)
+        self.decoder.build(target_shape)
+        if self.final_layer is not None:
+            self.final_layer.build(tuple(target_shape) + (self.d_model,))
+        super().build(input_shape)
+
+    def encode(self, context_ids, training=None):
+        """Encoder output and source padding mask for `context_ids`."""
+        return self.encoder(context_ids, training=training), masks.padding_mask(context_ids)
+
+    def project(self, features):
+        """Decoder features `(..., d_model)` -> float32 logits `(..., target_vocab_size)`."""
+        if self.final_layer is None:
+            table = self.decoder.embedding.embedding.embeddings
+            logits = tf.matmul(features, tf.cast(table, features.dtype), transpose_b=True)
+        else:
+            logits = self.final_layer(features)
+        # Logits in float32 so that softmax and loss are stable under mixed precision.
+        return tf.cast(logits, tf.float32)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
+            raise ValueError(
+                "Transformer expects inputs (context_ids, target_in_ids). "
+                f"Received: {type(inputs).__name__}"
+            )
+        context_ids, target_ids = inputs
+        validation.check_token_ids("context_ids", context_ids)
+        validation.check_token_ids("target_in_ids", target_ids)
+        context, context_mask = self.encode(context_ids, training=training)
+        decoded = self.decoder(
+            target_ids,
+            context,
+            context_mask=context_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        if return_attention_scores:
+            features, attention_scores = decoded
+            return self.project(features), attention_scores
+        return self.project(decoded)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_layers=self.num_layers,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            dff=self.dff,
+            input_vocab_size=self.input_vocab_size,
+            target_vocab_size=self.target_vocab_size,
+            dropout_rate=self.dropout_rate,
+            max_length=self.max_length,
+            normalize_first=self.normalize_first,
+            tie_embeddings=self.tie_embeddings,
+            share_embeddings=self.share_embeddings,
+            activation=self.activation,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            attention_dropout=self.attention_dropout,
+        )
+        return config

@@ -1,0 +1,152 @@
+"""WordPiece tokenizers built on tensorflow-text, exportable inside a SavedModel.
+
+A vocabulary is learned from training text with tensorflow-text's BERT
+vocabulary learner and saved as a plain file, one token a line. The reserved
+tokens come first, so [PAD] is id 0 (the padding id every mask assumes).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_learner
+
+PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
+RESERVED_TOKENS = [PAD, UNK, START, END]
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+
+
+def normalize_text(strings, lower_case=True, normalization_form="NFC"):
+    """The text normalization applied before tokenization.
+
+    Undecodable bytes are replaced (U+FFFD) rather than failing the batch;
+    lowercasing uses Unicode case folding, which keeps accents (á stays á).
+    """
+    strings = tf.strings.unicode_transcode(
+        strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    if lower_case:
+        strings = tf_text.case_fold_utf8(strings)
+    if normalization_form:
+        strings = tf_text.normalize_utf8(strings, normalization_form)
+    return strings
+
+
+def learn_vocabulary(
+    texts: Iterable[str] | tf.data.Dataset,
+    vocab_size: int = 8000,
+    lower_case: bool = True,
+    normalization_form: str = "NFC",
+    lower_thresh: int = 5,
+) -> list[str]:
+    """Learns a WordPiece vocabulary (reserved tokens first) from `texts`.
+
+    Args:
+        texts: strings, or a `tf.data.Dataset` of scalar strings.
+        vocab_size: target size. Small corpora give fewer tokens than asked.
+        lower_thresh: minimum count of a word piece; lower it for tiny corpora.
+    """
+    if not isinstance(texts, tf.data.Dataset):
+        texts = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
+    texts = texts.batch(1024).map(
+        lambda s: normalize_text(s, lower_case, normalization_form),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return vocab_learner.bert_vocab_from_dataset(
+        texts.prefetch(2),
+        vocab_size=vocab_size,
+        reserved_tokens=RESERVED_TOKENS,
+        bert_tokenizer_params={"lower_case": False},
+        learn_params={"lower_thresh": lower_thresh},
+    )
+
+
+def write_vocabulary(vocab: list[str], path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in vocab)
+    return path
+
+
+def read_vocabulary(path: str | os.PathLike) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        vocab = [line.rstrip("\n") for line in f]
+    if vocab[: len(RESERVED_TOKENS)] != RESERVED_TOKENS:
+        raise ValueError(
+            f"Vocabulary {path} must start with the reserved tokens {RESERVED_TOKENS}; "
+            f"it starts with {vocab[: len(RESERVED_TOKENS)]}"
+        )
+    return vocab
+
+
+class Tokenizer(tf.Module):
+    """Strings <-> WordPiece ids, usable eagerly, in `tf.function` and in a SavedModel.
+
+    `tokenize` adds [START] and [END]; `detokenize` joins word pieces into
+    words separated by spaces and drops reserved tokens.
+
+    Args:
+        vocab: list of tokens (reserved tokens first) or a vocabulary file.
+        lower_case: case-fold the text before tokenizing (accents are kept).
+        normalization_form: Unicode normalization ("NFC", "NFKC", ... or None).
+    """
+
+    def __init__(self, vocab, lower_case=True, normalization_form="NFC", name=None):
+        super().__init__(name=name)
+        if isinstance(vocab, (str, os.PathLike)):
+            vocab = read_vocabulary(vocab)
+        if list(vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(f"The vocabulary must start with {RESERVED_TOKENS}.")
+        self.lower_case = lower_case
+        self.normalization_form = normalization_form
+        self.vocab = tf.Variable(list(vocab), trainable=False, name="vocab")
+        table = tf.lookup.StaticVocabularyTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(vocab)), tf.range(len(vocab), dtype=tf.int64)
+            ),
+            num_oov_buckets=1,
+        )
+        self._tokenizer = tf_text.BertTokenizer(table, lower_case=False, unknown_token=UNK)
+        self._vocab_size = len(vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, strings):
+        """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
+        strings = normalize_text(strings, self.lower_case, self.normalization_form)
+        ids = self._tokenizer.tokenize(strings).merge_dims(-2, -1)
+        ids = tf.where(ids >= self._vocab_size, tf.constant(UNK_ID, tf.int64), ids)
+        batch = ids.bounding_shape()[0]
+        starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))
+        ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))
+        return tf.concat([starts, ids, ends], axis=1)
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    def detokenize(self, ids):
+        """Ragged ids `(batch, None)` -> `(batch,)` strings without reserved tokens."""
+        ids = tf.ragged.boolean_mask(ids, ids >= len(RESERVED_TOKENS))
+        pieces = tf.gather(self.vocab, ids)
+        text = tf.strings.reduce_join(pieces, separator=" ", axis=-1)
+        # A "##" piece continues the word before it.
+        return tf.strings.regex_replace(text, " ##", "")
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    def lookup(self, ids):
+        """Ragged ids -> ragged token strings (word pieces, reserved tokens kept)."""
+        return tf.gather(self.vocab, ids)
+
+    @tf.function(input_signature=[])
+    def get_vocab_size(self):
+        return tf.constant(self._vocab_size)
+
+    def get_vocab(self) -> list[str]:
+        return [t.decode("utf-8") for t in self.vocab.numpy()]
+
+    def save_vocabulary(self, path) -> str:
+        return write_vocabulary(self.get_vocab(), path)
