@@ -1,0 +1,76 @@
+"""The run directory: everything a training run leaves behind, in one place.
+
+Layout (written by training, read by export, translate and evaluate):
+
+    RUN_DIR/config.json           {"model": Transformer config, "tokenizer": {...}, "data": {...},
+                                   "training": {...}}
+    RUN_DIR/vocab_source.txt      source WordPiece vocabulary, one token a line
+    RUN_DIR/vocab_target.txt      target WordPiece vocabulary
+    RUN_DIR/checkpoints/best.keras   best model by validation loss
+    RUN_DIR/checkpoints/last.keras   model at the end of the last epoch
+    RUN_DIR/backup/               keras.callbacks.BackupAndRestore state (resume after a kill)
+    RUN_DIR/logs/                 TensorBoard logs
+    RUN_DIR/history.json          per-epoch metrics
+    RUN_DIR/training_curves.png   loss and accuracy curves
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+CONFIG_FILE = "config.json"
+SOURCE_VOCAB_FILE = "vocab_source.txt"
+TARGET_VOCAB_FILE = "vocab_target.txt"
+CHECKPOINT_DIR = "checkpoints"
+BEST_CHECKPOINT = "checkpoints/best.keras"
+LAST_CHECKPOINT = "checkpoints/last.keras"
+BACKUP_DIR = "backup"
+LOG_DIR = "logs"
+HISTORY_FILE = "history.json"
+CURVES_FILE = "training_curves.png"
+
+
+def write_config(run_dir: str | os.PathLike, config: dict) -> Path:
+    path = Path(run_dir) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_config(run_dir: str | os.PathLike) -> dict:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory: {path} is missing.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_tokenizers(run_dir: str | os.PathLike):
+    """The run's (source, target) tokenizers."""
+    from keras_transformer.tokenizers import Tokenizer
+
+    settings = read_config(run_dir).get("tokenizer", {})
+    run_dir = Path(run_dir)
+    return (
+        Tokenizer(run_dir / SOURCE_VOCAB_FILE, **settings, name="source_tokenizer"),
+        Tokenizer(run_dir / TARGET_VOCAB_FILE, **settings, name="target_tokenizer"),
+    )
+
+
+def load_model(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
+    """The run's Transformer from `checkpoint` (best by validation loss by default)."""
+    import keras
+
+    import keras_transformer  # noqa: F401  (registers the layers for deserialization)
+
+    path = Path(run_dir) / checkpoint
+    if not path.is_file():
+        raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")
+    return keras.models.load_model(path, compile=False)
+
+
+def load_run(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
+    """(model, source_tokenizer, target_tokenizer, config) of a finished run."""
+    source, target = load_tokenizers(run_dir)
+    return load_model(run_dir, checkpoint), source, target, read_config(run_dir)
