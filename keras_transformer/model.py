@@ -106,12 +106,11 @@ class Transformer(keras.Model):
         self.final_layer = (
             None
             if tie_embeddings
-            else keras.layers.Dense(
-                target_vocab_size, dtype=self.dtype_policy, name="final_layer"
-            )
+            else keras.layers.Dense(target_vocab_size, dtype=self.dtype_policy, name="final_layer")
         )
 
     def build(self, input_shape):
+        _check_pair(input_shape, "input_shape")
         context_shape, target_shape = input_shape
         self.encoder.build(context_shape)
         self.decoder.build(target_shape)
@@ -134,11 +133,7 @@ class Transformer(keras.Model):
         return tf.cast(logits, tf.float32)
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
-            raise ValueError(
-                "Transformer expects inputs (context_ids, target_in_ids). "
-                f"Received: {type(inputs).__name__}"
-            )
+        _check_pair(inputs, "inputs")
         context_ids, target_ids = inputs
         validation.check_token_ids("context_ids", context_ids)
         validation.check_token_ids("target_in_ids", target_ids)
@@ -174,3 +169,13 @@ class Transformer(keras.Model):
             attention_dropout=self.attention_dropout,
         )
         return config
+
+
+def _check_pair(inputs, what):
+    """The model takes a pair (context_ids, target_in_ids), each of rank 2."""
+    is_pair = isinstance(inputs, (tuple, list)) and len(inputs) == 2
+    if not is_pair or any(isinstance(part, int) or part is None for part in inputs):
+        raise ValueError(
+            f"Transformer expects inputs (context_ids, target_in_ids). Received {what}: "
+            f"{inputs if isinstance(inputs, (tuple, list)) else type(inputs).__name__}"
+        )

@@ -57,9 +57,7 @@ def token_losses(label, pred, label_smoothing=0.0):
     if label_smoothing:
         depth = tf.shape(pred)[-1]
         onehot = tf.one_hot(label, depth, dtype=tf.float32)
-        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / tf.cast(
-            depth, tf.float32
-        )
+        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / tf.cast(depth, tf.float32)
         loss = tf.nn.softmax_cross_entropy_with_logits(smoothed, pred)
     else:
         loss = tf.nn.sparse_softmax_cross_entropy_with_logits(label, pred)

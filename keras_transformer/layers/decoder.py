@@ -68,16 +68,20 @@ class DecoderLayer(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.causal_self_attention = CausalSelfAttention(
-            d_model, num_heads, attention_dropout=attention_dropout,
-            name="causal_self_attention", **common,
+            d_model,
+            num_heads,
+            attention_dropout=attention_dropout,
+            name="causal_self_attention",
+            **common,
         )
         self.cross_attention = CrossAttention(
-            d_model, num_heads, attention_dropout=attention_dropout,
-            name="cross_attention", **common,
+            d_model,
+            num_heads,
+            attention_dropout=attention_dropout,
+            name="cross_attention",
+            **common,
         )
-        self.ffn = FeedForward(
-            d_model, dff, activation=activation, name="feed_forward", **common
-        )
+        self.ffn = FeedForward(d_model, dff, activation=activation, name="feed_forward", **common)
 
     def build(self, input_shape):
         self.causal_self_attention.build(input_shape)
@@ -234,7 +238,7 @@ class Decoder(keras.layers.Layer):
             else None
         )
 
-    def build(self, input_shape, context_shape=None):
+    def build(self, input_shape):
         self.embedding.build(input_shape)
         features = tuple(input_shape) + (self.d_model,)
         for layer in self.dec_layers:

@@ -74,8 +74,7 @@ class PositionalEmbedding(keras.layers.Layer):
         validation.check_positive("max_length", max_length)
         if d_model % 2:
             raise ValueError(
-                "The sinusoidal encoding needs an even `d_model`. "
-                f"Received: d_model={d_model}"
+                f"The sinusoidal encoding needs an even `d_model`. Received: d_model={d_model}"
             )
         self.vocab_size = vocab_size
         self.d_model = d_model

@@ -57,12 +57,13 @@ class EncoderLayer(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.self_attention = GlobalSelfAttention(
-            d_model, num_heads, attention_dropout=attention_dropout,
-            name="self_attention", **common,
+            d_model,
+            num_heads,
+            attention_dropout=attention_dropout,
+            name="self_attention",
+            **common,
         )
-        self.ffn = FeedForward(
-            d_model, dff, activation=activation, name="feed_forward", **common
-        )
+        self.ffn = FeedForward(d_model, dff, activation=activation, name="feed_forward", **common)
 
     def build(self, input_shape):
         self.self_attention.build(input_shape)

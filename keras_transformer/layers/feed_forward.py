@@ -56,9 +56,7 @@ class FeedForward(keras.layers.Layer):
         self.output_dense = keras.layers.Dense(
             d_model, dtype=self.dtype_policy, name="output_dense"
         )
-        self.dropout = keras.layers.Dropout(
-            dropout_rate, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.layernorm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
         )

@@ -31,9 +31,7 @@ def check_token_ids(name, token_ids):
         )
     dtype = tf.as_dtype(token_ids.dtype)
     if not dtype.is_integer:
-        raise ValueError(
-            f"`{name}` must hold integer token ids. Received dtype {dtype.name}"
-        )
+        raise ValueError(f"`{name}` must hold integer token ids. Received dtype {dtype.name}")
 
 
 def check_features(name, x, d_model=None):
@@ -43,6 +41,4 @@ def check_features(name, x, d_model=None):
             f"`{name}` must have shape (batch, length, d_model). Received shape {x.shape}"
         )
     if d_model is not None and x.shape[-1] is not None and x.shape[-1] != d_model:
-        raise ValueError(
-            f"`{name}` has feature size {x.shape[-1]}, expected d_model={d_model}"
-        )
+        raise ValueError(f"`{name}` has feature size {x.shape[-1]}, expected d_model={d_model}")

@@ -1,0 +1,178 @@
+"""The full encoder-decoder: mask invariants, saving, mixed precision, errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.training import MaskedLoss, make_optimizer, masked_accuracy
+from tests.helpers import assert_close, token_ids
+
+VOCAB = 48
+
+
+def small_model(num_layers=3, **kwargs):
+    kwargs = dict(
+        dict(
+            num_layers=num_layers,
+            d_model=32,
+            num_heads=4,
+            dff=64,
+            input_vocab_size=VOCAB,
+            target_vocab_size=VOCAB,
+            dropout_rate=0.1,
+            max_length=64,
+        ),
+        **kwargs,
+    )
+    return kt.Transformer(**kwargs)
+
+
+def pad(ids, extra):
+    return np.concatenate([ids, np.zeros((ids.shape[0], extra), ids.dtype)], axis=1)
+
+
+VARIANTS = [
+    dict(),
+    dict(normalize_first=True),
+    dict(tie_embeddings=True, share_embeddings=True),
+]
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_padding_never_changes_logits_at_real_positions(options):
+    model = small_model(**options)
+    # Rows of different real lengths, already padded inside the batch.
+    context = token_ids(3, 7, VOCAB, seed=1)
+    context[1, 4:] = 0
+    target = token_ids(3, 6, VOCAB, seed=2)
+    target[2, 3:] = 0
+    reference = model((context, target)).numpy()
+
+    padded_source = model((pad(context, 5), target)).numpy()
+    padded_target = model((context, pad(target, 4))).numpy()
+    padded_both = model((pad(context, 9), pad(target, 2))).numpy()
+    real = target != 0
+    assert_close(padded_source[real], reference[real], atol=1e-5)
+    assert_close(padded_target[:, :6][real], reference[real], atol=1e-5)
+    assert_close(padded_both[:, :6][real], reference[real], atol=1e-5)
+
+
+def test_each_row_is_independent_of_the_rest_of_the_batch():
+    model = small_model()
+    context, target = token_ids(2, 6, VOCAB, seed=3), token_ids(2, 5, VOCAB, seed=4)
+    context[0, 3:] = 0
+    batched = model((context, target)).numpy()
+    alone = model((context[:1, :3], target[:1])).numpy()
+    assert_close(batched[:1], alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_decoder_is_causal(options):
+    model = small_model(**options)
+    context, target = token_ids(2, 6, VOCAB, seed=5), token_ids(2, 8, VOCAB, seed=6)
+    reference = model((context, target)).numpy()
+    for t in (0, 3, 7):
+        changed = target.copy()
+        changed[:, t] = (changed[:, t] % (VOCAB - 1)) + 1
+        logits = model((context, changed)).numpy()
+        assert_close(logits[:, :t], reference[:, :t], atol=1e-5)
+        assert not np.allclose(logits[:, t:], reference[:, t:], atol=1e-5)
+
+
+def test_source_changes_do_reach_the_logits():
+    model = small_model()
+    context, target = token_ids(1, 6, VOCAB, seed=7), token_ids(1, 4, VOCAB, seed=8)
+    changed = context.copy()
+    changed[0, 2] = (changed[0, 2] % (VOCAB - 1)) + 1
+    assert not np.allclose(model((context, target)), model((changed, target)), atol=1e-5)
+
+
+def compiled(model):
+    model.compile(
+        optimizer=make_optimizer(model.d_model, warmup_steps=10),
+        loss=MaskedLoss(label_smoothing=0.1),
+        metrics=[masked_accuracy],
+    )
+    return model
+
+
+def fit_data(n=16):
+    context, target = token_ids(n, 7, VOCAB, seed=9), token_ids(n, 6, VOCAB, seed=10)
+    return (context, target[:, :-1]), target[:, 1:]
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_keras_round_trip_of_a_trained_compiled_model(tmp_path, options):
+    model = compiled(small_model(num_layers=2, **options))
+    x, y = fit_data()
+    model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert type(restored) is kt.Transformer
+    assert restored.get_config() == model.get_config()
+    assert_close(restored(x), model(x), atol=0)
+    # Optimizer state and schedule come back, so training continues where it was.
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
+    assert restored.optimizer.learning_rate.numpy() == model.optimizer.learning_rate.numpy()
+
+
+def test_shared_embeddings_are_one_set_of_weights():
+    model = small_model(num_layers=1, share_embeddings=True, tie_embeddings=True)
+    model(fit_data()[0])
+    assert model.encoder.embedding is model.decoder.embedding
+    untied = small_model(num_layers=1)
+    untied(fit_data()[0])
+    saved = VOCAB * 32 + (32 * VOCAB + VOCAB)  # one embedding table + the final Dense
+    assert untied.count_params() - model.count_params() == saved
+
+
+def test_fit_lowers_the_loss():
+    keras.utils.set_random_seed(0)
+    model = compiled(small_model(num_layers=1, dropout_rate=0.0))
+    x, y = fit_data(32)
+    history = model.fit(x, y, epochs=15, batch_size=16, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision(policy):
+    model = compiled(small_model(num_layers=2, dtype=policy))
+    x, y = fit_data()
+    logits = model(x)
+    assert logits.dtype == tf.float32
+    assert model.encoder.enc_layers[0].self_attention.query_dense.compute_dtype == policy[6:]
+    history = model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    # Close to the float32 model with the same weights.
+    reference = small_model(num_layers=2)
+    reference(x)
+    reference.set_weights(model.get_weights())
+    assert_close(tf.nn.softmax(model(x)), tf.nn.softmax(reference(x)), atol=5e-2)
+
+
+def test_summary_names_the_parts():
+    model = small_model(num_layers=1)
+    model(fit_data()[0])
+    lines = []
+    model.summary(print_fn=lambda line, **kwargs: lines.append(line))
+    text = "\n".join(lines)
+    assert "encoder" in text and "decoder" in text and "Total params" in text
+
+
+def test_clear_errors_for_bad_arguments_and_inputs():
+    with pytest.raises(ValueError, match="divisible"):
+        small_model(d_model=30, num_heads=4)
+    with pytest.raises(ValueError, match="num_layers"):
+        small_model(num_layers=0)
+    with pytest.raises(ValueError, match="share_embeddings"):
+        small_model(share_embeddings=True, target_vocab_size=VOCAB + 1)
+    model = small_model(num_layers=1)
+    with pytest.raises(ValueError, match="context_ids, target_in_ids"):
+        model(token_ids(1, 4, VOCAB))
+    with pytest.raises(ValueError, match="integer"):
+        model((np.zeros((1, 4), "float32"), token_ids(1, 4, VOCAB)))
+    with pytest.raises(ValueError, match="max_length=64"):
+        model((token_ids(1, 65, VOCAB), token_ids(1, 4, VOCAB)))
