@@ -38,7 +38,7 @@ plt.show()
 # %%
 encoding = kt.positional_encoding(length=256, depth=64)
 norms = np.linalg.norm(encoding, axis=1)
-print("norms: min %.6f max %.6f, sqrt(d/2) = %.6f" % (norms.min(), norms.max(), np.sqrt(32)))
+print(f"norms: min {norms.min():.6f} max {norms.max():.6f}, sqrt(d/2) = {np.sqrt(32):.6f}")
 assert np.allclose(norms, np.sqrt(32), atol=1e-4)
 
 # %% [markdown]
