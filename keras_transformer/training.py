@@ -379,7 +379,9 @@ def make_callbacks(config: TrainConfig, run_dir: Path, best_val_loss: float | No
         ),
         keras.callbacks.ModelCheckpoint(run_dir / run_dir_lib.LAST_CHECKPOINT),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.TensorBoard(run_dir / run_dir_lib.LOG_DIR, update_freq="epoch"),
+        keras.callbacks.TensorBoard(
+            run_dir / run_dir_lib.LOG_DIR, update_freq="epoch", write_graph=False
+        ),
         # Kept after the run (delete_checkpoint=False): training again with more
         # epochs continues where it stopped. Two copies survive a kill mid-write.
         keras.callbacks.BackupAndRestore(

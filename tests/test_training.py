@@ -1,7 +1,6 @@
 """Schedule, masked loss and accuracy, configuration, train() and resuming after a kill."""
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -9,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -159,6 +157,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     history = training.train({**TINY, "epochs": 3}, tmp_path, verbose=0)
     loss = history.history["loss"]
@@ -195,6 +194,7 @@ def _epochs_started(log: str) -> list[int]:
     ]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_backup(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps({**TINY, "demo_pairs": 200, "epochs": 5}))
