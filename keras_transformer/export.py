@@ -152,7 +152,7 @@ def load_translator(path: str | os.PathLike):
 
 def translate_texts(
     saved_model,
-    texts: list[str],
+    texts: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
 ) -> list[tuple[str, float]]:
@@ -166,6 +166,6 @@ def translate_texts(
             outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
         results.extend(
             (t.decode("utf-8", errors="replace"), float(s))
-            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
+            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy(), strict=True)
         )
     return results
