@@ -235,6 +235,7 @@ def beam_search(
     max_length: int | None = None,
     length_penalty_alpha: float = 0.6,
     stop_at_end: bool = True,
+    use_cache: bool = True,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; returns the best hypothesis per row.
 
@@ -253,6 +254,8 @@ def beam_search(
         length_penalty_alpha: float. 0 disables the penalty.
         stop_at_end: False treats [END] as an ordinary token and decodes
             exactly `max_length` steps (benchmarks).
+        use_cache: False re-runs the encoder and the whole decoder prefix at
+            every step (the tutorial's way, for benchmarks); same result.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
@@ -263,6 +266,7 @@ def beam_search(
     batch = tf.shape(context_ids)[0]
     context, context_mask = model.encode(context_ids, training=False)
     # Beams of one row sit next to each other: row b, beam k is b * width + k.
+    repeated_ids = tf.repeat(context_ids, width, axis=0)
     context = tf.repeat(context, width, axis=0)
     context_mask = tf.repeat(context_mask, width, axis=0)
     cache = model.decoder.init_cache(context, steps)
@@ -288,9 +292,14 @@ def beam_search(
         return tf.logical_and(i < steps, tf.logical_not(all_done))
 
     def body(i, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length):
-        tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])
-        features, cache = model.decoder.decode_step(tokens, cache, i, context_mask)
-        log_probs = tf.nn.log_softmax(model.project(features)[:, 0, :], axis=-1)
+        if use_cache:
+            tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])
+            features, cache = model.decoder.decode_step(tokens, cache, i, context_mask)
+            logits = model.project(features)[:, 0, :]
+        else:
+            prefix = tf.reshape(alive_seq[:, :, : i + 1], [batch * width, i + 1])
+            logits = model((repeated_ids, prefix), training=False)[:, -1, :]
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
         candidates = alive_log_prob[:, :, None] + tf.reshape(log_probs, [batch, width, vocab])
         candidates = tf.reshape(candidates, [batch, width * vocab])
         # 2 * width candidates leave `width` unfinished ones even if `width` end here.

@@ -39,11 +39,7 @@ def latest_version_dir(path: str | os.PathLike) -> Path:
     if (path / "saved_model.pb").is_file():
         return path
     versions = sorted(
-
-            int(p.name)
-            for p in path.glob("*")
-            if p.name.isdigit() and (p / "saved_model.pb").is_file()
-
+        int(p.name) for p in path.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()
     )
     if not versions:
         raise FileNotFoundError(

@@ -40,6 +40,11 @@ class Translator(tf.Module):
         beam_width: int. Width of `beam_search`. Defaults to 4.
         length_penalty_alpha: float. GNMT length penalty of beam search.
             Defaults to 0.6.
+        stop_at_end: bool. False always decodes `max_length` tokens
+            (benchmarks). Defaults to True.
+        use_cache: bool. False re-runs the encoder and the whole decoder
+            prefix at every step, the tutorial's way (benchmarks only).
+            Defaults to True.
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)
@@ -54,6 +59,8 @@ class Translator(tf.Module):
         max_length: int | None = None,
         beam_width: int = 4,
         length_penalty_alpha: float = 0.6,
+        stop_at_end: bool = True,
+        use_cache: bool = True,
         name: str | None = "translator",
     ):
         super().__init__(name=name)
@@ -72,6 +79,8 @@ class Translator(tf.Module):
         )
         self.beam_width = int(beam_width)
         self.length_penalty_alpha = float(length_penalty_alpha)
+        self.stop_at_end = bool(stop_at_end)
+        self.use_cache = bool(use_cache)
 
     @property
     def model(self):
@@ -105,7 +114,13 @@ class Translator(tf.Module):
     def translate(self, text):
         """Greedy translation: dict of translation, score (log-prob), tokens, lengths."""
         context_ids = self.source_ids(text)
-        result = decoding.greedy_search(self.model, context_ids, self.max_length)
+        result = decoding.greedy_search(
+            self.model,
+            context_ids,
+            self.max_length,
+            stop_at_end=self.stop_at_end,
+            use_cache=self.use_cache,
+        )
         return self._outputs(context_ids, result)
 
     @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC])
@@ -113,7 +128,13 @@ class Translator(tf.Module):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
         context_ids = self.source_ids(text)
         result = decoding.beam_search(
-            self.model, context_ids, beam_width, self.max_length, self.length_penalty_alpha
+            self.model,
+            context_ids,
+            beam_width,
+            self.max_length,
+            self.length_penalty_alpha,
+            stop_at_end=self.stop_at_end,
+            use_cache=self.use_cache,
         )
         return self._outputs(context_ids, result)
 

@@ -144,3 +144,10 @@ def test_bad_arguments(tiny):
         decoding.beam_search(tiny.model, tiny.context_ids, 0)
     with pytest.raises(ValueError, match="max_length"):
         decoding.greedy_search(tiny.model, tiny.context_ids, 0)
+
+
+def test_cached_beam_equals_uncached_beam(tiny):
+    cached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
+    uncached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH, use_cache=False)
+    np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)

@@ -145,8 +145,18 @@ def test_cli_translate_reads_stdin_in_batches(exported):
     _, root, _ = exported
     lines = b"three one four\n\n\xff\xfe bad bytes\n" + b"nine five\n" * 5
     run = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "translate", "--model",
-         str(root / "tiny"), "--batch-size", "3", "--beam", "2"],
+        [
+            sys.executable,
+            "-m",
+            "keras_transformer.cli",
+            "translate",
+            "--model",
+            str(root / "tiny"),
+            "--batch-size",
+            "3",
+            "--beam",
+            "2",
+        ],
         input=lines,
         capture_output=True,
         timeout=300,
