@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 DEFAULT_DEMO_RUN_DIR = "runs/demo"
 
@@ -117,8 +118,9 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from keras_transformer import data, run_dir
-    from keras_transformer.training import DEMO_SETTINGS, greedy_translate, load_corpus, train
+    from keras_transformer import data
+    from keras_transformer.export import export_run, load_translator, translate_texts
+    from keras_transformer.training import DEMO_SETTINGS, load_corpus, train
 
     config = _config_from_args(args, base=DEMO_SETTINGS)
     print(
@@ -127,17 +129,21 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     history = train(config, args.run_dir, verbose=args.verbose)
     _print_summary(history, args.run_dir)
-    model, source, target, _ = run_dir.load_run(args.run_dir)
+
+    export_dir = export_run(args.run_dir, args.export_root, name=args.name)
+    print(f"\nExported the best checkpoint to {export_dir} (TF Serving layout).")
+    saved_model = load_translator(export_dir)
     _, val_pairs = load_corpus(config)
     examples = val_pairs[: args.examples]
-    translations = greedy_translate(
-        model, source, target, data.texts(examples, 0), max_length=config.max_tokens
-    )
-    print("\nTranslations of held-out numbers (best checkpoint, greedy search):")
-    for (src, ref), out in zip(examples, translations, strict=True):
+    results = translate_texts(saved_model, data.texts(examples, 0))
+    print("Translations of held-out numbers by the exported SavedModel (greedy search):")
+    for (src, ref), (out, score) in zip(examples, results, strict=True):
         mark = "ok" if out == target_normalized(ref) else "differs"
-        print(f"  {src}\n    -> {out}   [{mark}; reference: {ref}]")
-    print(f"\nRun directory: {args.run_dir}")
+        print(f"  {src}\n    -> {out}   [{mark}; score {score:.3f}; reference: {ref}]")
+    print(
+        f"\nRun directory: {args.run_dir}\nTranslate more: keras-transformer translate "
+        f'--model {Path(export_dir).parent} "..."'
+    )
     return 0
 
 
@@ -160,6 +166,8 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default=DEFAULT_DEMO_RUN_DIR, help="default: %(default)s")
     parser.add_argument("--config", help="JSON file of settings (TrainConfig field names)")
     parser.add_argument("--examples", type=int, default=5, help="translations to show")
+    parser.add_argument("--export-root", default="saved_models", help="default: %(default)s")
+    parser.add_argument("--name", default="demo", help="exported model name; default: %(default)s")
     parser.add_argument(
         "--verbose",
         type=lambda v: v if v == "auto" else int(v),

@@ -14,9 +14,7 @@ import tensorflow as tf
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizers import (
-    END_ID,
     PAD_ID,
-    START_ID,
     Tokenizer,
     learn_vocabulary,
     write_vocabulary,
@@ -556,29 +554,3 @@ def train(
 
 
 # ----------------------------------------------------------------------------- translation
-
-
-def greedy_translate(
-    model, source_tokenizer, target_tokenizer, sentences: list[str], max_length: int = 64
-) -> list[str]:
-    """Translates `sentences` by greedy search, re-running the model on the prefix each step.
-
-    The plain loop of the tutorial, for a quick look at a trained model; the
-    exported Translator decodes in-graph with a key/value cache instead.
-    """
-    if not sentences:
-        return []
-    context = source_tokenizer.tokenize(tf.constant(sentences, tf.string)).to_tensor()
-    batch = tf.shape(context)[0]
-    output = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))
-    done = tf.zeros([batch], tf.bool)
-    for _ in range(max_length):
-        logits = model((context, output), training=False)
-        next_ids = tf.argmax(logits[:, -1, :], axis=-1, output_type=tf.int64)
-        next_ids = tf.where(done, tf.constant(PAD_ID, tf.int64), next_ids)
-        output = tf.concat([output, next_ids[:, None]], axis=1)
-        done = done | (next_ids == END_ID)
-        if bool(tf.reduce_all(done)):
-            break
-    text = target_tokenizer.detokenize(tf.RaggedTensor.from_tensor(output, padding=PAD_ID))
-    return [t.decode("utf-8") for t in text.numpy()]

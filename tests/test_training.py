@@ -22,6 +22,7 @@ from keras_transformer.training import (
     masked_accuracy,
     masked_loss,
 )
+from keras_transformer.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -181,8 +182,8 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     assert config["model"]["d_model"] == 32 and config["model"]["num_layers"] == 1
     assert config["model"]["input_vocab_size"] == source.vocab_size
     assert config["tokenizer"] == {"lower_case": True, "normalization_form": "NFC"}
-    outputs = training.greedy_translate(model, source, target, ["one", "twenty-two"], 10)
-    assert len(outputs) == 2 and all(isinstance(o, str) for o in outputs)
+    outputs = Translator(model, source, target, max_length=10)(["one", "twenty-two"])
+    assert len(outputs["translation"]) == 2
     # A different model in the same run directory is refused, not mixed in.
     with pytest.raises(ValueError, match="different model"):
         training.train({**TINY, "d_model": 64, "num_heads": 2, "epochs": 5}, tmp_path, verbose=0)
