@@ -39,6 +39,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         kind = {bool: _bool, int: int, float: float}.get(type(default), str)
         if field.name in ("batch_tokens", "steps_per_epoch", "early_stopping_patience"):
             kind = _optional(int)
+        elif field.name == "time_budget_minutes":
+            kind = _optional(float)
         elif default is None or field.name == "normalization_form":
             kind = _optional(str)
         group.add_argument(

@@ -209,12 +209,14 @@ class TrainConfig:
     dropout_rate: float = 0.1
     max_length: int = 2048
     normalize_first: bool = False
+    tie_embeddings: bool = False  # output projection = target embedding (paper 3.4)
     # Optimisation.
     epochs: int = 20
     steps_per_epoch: int | None = None
     warmup_steps: int = 4000
     label_smoothing: float = 0.0
     early_stopping_patience: int | None = None
+    time_budget_minutes: float | None = None  # stop after the epoch that passes it
     jit_compile: str = "auto"  # "auto", "true" or "false"
     mixed_precision: str = "none"  # "none", "float16" or "bfloat16"
     strategy: str = "default"  # "default" or "mirrored"
@@ -268,6 +270,7 @@ class TrainConfig:
             "dropout_rate": self.dropout_rate,
             "max_length": self.max_length,
             "normalize_first": self.normalize_first,
+            "tie_embeddings": self.tie_embeddings,
         }
 
     def tokenizer_kwargs(self) -> dict:
@@ -363,6 +366,31 @@ class RunHistory(keras.callbacks.Callback):
         self._start = None
 
 
+class TimeBudget(keras.callbacks.Callback):
+    """Ends training after the first epoch that finishes past `minutes` of this process.
+
+    Checked at epoch ends only, so every epoch is complete and checkpointed;
+    a resumed run gets a fresh budget.
+    """
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        if minutes <= 0:
+            raise ValueError(f"time_budget_minutes must be positive. Received: {minutes}")
+        self.seconds = minutes * 60.0
+        self._start = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if time.monotonic() - self._start >= self.seconds:
+            print(
+                f"\nTime budget of {self.seconds / 60:g} minutes reached after epoch {epoch + 1}."
+            )
+            self.model.stop_training = True
+
+
 def make_callbacks(config: TrainConfig, run_dir: Path, best_val_loss: float | None) -> list:
     """History, backups (resume after a kill), best/last checkpoints, TensorBoard, NaN stop."""
     callbacks = [
@@ -386,6 +414,8 @@ def make_callbacks(config: TrainConfig, run_dir: Path, best_val_loss: float | No
             run_dir / run_dir_lib.BACKUP_DIR, double_checkpoint=True, delete_checkpoint=False
         ),
     ]
+    if config.time_budget_minutes:
+        callbacks.append(TimeBudget(config.time_budget_minutes))
     if config.early_stopping_patience:
         callbacks.append(
             keras.callbacks.EarlyStopping(

@@ -240,3 +240,29 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     # rate) goes on from the backed-up epoch instead of restarting at 0.
     steps = [e["optimizer_steps"] for e in entries]
     assert all(a < b for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def test_time_budget_stops_after_the_epoch_that_passes_it():
+    budget = training.TimeBudget(minutes=1e-6)
+    budget.set_model(type("FakeModel", (), {"stop_training": False})())
+    budget.on_train_begin()
+    time.sleep(0.01)
+    budget.on_epoch_end(0)
+    assert budget.model.stop_training
+    generous = training.TimeBudget(minutes=60)
+    generous.set_model(type("FakeModel", (), {"stop_training": False})())
+    generous.on_train_begin()
+    generous.on_epoch_end(0)
+    assert not generous.model.stop_training
+    with pytest.raises(ValueError, match="time_budget_minutes"):
+        training.TimeBudget(minutes=0)
+
+
+def test_tie_embeddings_reaches_the_model_config():
+    config = training.TrainConfig(tie_embeddings=True)
+    assert config.model_kwargs(100, 120)["tie_embeddings"] is True
+    args = cli.build_parser().parse_args(
+        ["train", "--run-dir", "x", "--time-budget-minutes", "2.5", "--tie-embeddings", "true"]
+    )
+    parsed = cli._config_from_args(args)
+    assert parsed.time_budget_minutes == 2.5 and parsed.tie_embeddings is True
