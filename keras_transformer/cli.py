@@ -30,9 +30,19 @@ def _optional(kind):
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (--d-model, --src, ...); unset flags stay None."""
+    """--config, --verbose, and one flag per TrainConfig field (--d-model, --src, ...).
+
+    Unset field flags stay None, so that only the flags given override --config.
+    """
     from keras_transformer.training import TrainConfig
 
+    parser.add_argument("--config", help="JSON file of settings (TrainConfig field names)")
+    parser.add_argument(
+        "--verbose",
+        type=lambda v: v if v == "auto" else int(v),
+        default="auto",
+        help="model.fit verbosity: auto, 0, 1 (progress bar) or 2 (a line per epoch)",
+    )
     group = parser.add_argument_group("training settings (override --config)")
     for field in dataclasses.fields(TrainConfig):
         default = field.default
@@ -107,13 +117,6 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
         help="where config, vocabularies, "
         "checkpoints, logs and history go (resumes if it holds a run)",
     )
-    parser.add_argument("--config", help="JSON file of settings (TrainConfig field names)")
-    parser.add_argument(
-        "--verbose",
-        type=lambda v: v if v == "auto" else int(v),
-        default="auto",
-        help="model.fit verbosity: auto, 0, 1 (progress bar) or 2 (a line per epoch)",
-    )
     _add_config_flags(parser)
     parser.set_defaults(func=_run_train)
     return parser
@@ -166,16 +169,9 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--run-dir", default=DEFAULT_DEMO_RUN_DIR, help="default: %(default)s")
-    parser.add_argument("--config", help="JSON file of settings (TrainConfig field names)")
     parser.add_argument("--examples", type=int, default=5, help="translations to show")
     parser.add_argument("--export-root", default="saved_models", help="default: %(default)s")
     parser.add_argument("--name", default="demo", help="exported model name; default: %(default)s")
-    parser.add_argument(
-        "--verbose",
-        type=lambda v: v if v == "auto" else int(v),
-        default="auto",
-        help="model.fit verbosity: auto, 0, 1 (progress bar) or 2 (a line per epoch)",
-    )
     _add_config_flags(parser)
     parser.set_defaults(func=_run_demo)
     return parser
