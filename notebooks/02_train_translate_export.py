@@ -151,11 +151,11 @@ if not QUICK:
 # %% [markdown]
 # ## Export for TF Serving
 # `export_run` writes the best checkpoint with its tokenizers and decoding loops as
-# `saved_models/demo/<version>/`: TF Serving serves it as is.
+# `saved_models/demo/<version>/` (`demo_quick` in quick mode): TF Serving serves it as is.
 
 # %%
 export_root = WORKDIR / "saved_models"
-export_dir = export.export_run(RUN_DIR, export_root, name="demo")
+export_dir = export.export_run(RUN_DIR, export_root, name=RUN_DIR.name)
 print(export_dir, sorted(p.name for p in export_dir.iterdir()))
 assert (export_dir / "saved_model.pb").is_file() and export_dir.name.isdigit()
 
