@@ -3,7 +3,7 @@
 Each function draws into a new figure, saves it as PNG when `path` is given,
 and returns the figure (`plot_training_curves`, called after every epoch,
 closes its figure and returns the path). The Agg backend is used, so no
-display is needed.
+display is needed, unless MPLBACKEND names another (Jupyter's inline one).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+# Agg needs no display. A backend chosen through MPLBACKEND is kept: Jupyter
+# kernels set the inline one there, and Agg would hide every figure in a notebook.
+if not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
