@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | export | evaluate | demo`: a thin command line.
+"""`keras-transformer train | demo | translate | export | evaluate | plot`: a thin command line.
 
 Each subcommand only parses flags and calls library functions.
 """
@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_parser(subparsers)
     add_translate_parser(subparsers)
     add_export_parser(subparsers)
+    add_evaluate_parser(subparsers)
+    add_plot_parser(subparsers)
     return parser
 
 
@@ -265,6 +267,174 @@ def run_export(args: argparse.Namespace) -> int:
         length_penalty_alpha=args.length_penalty,
     )
     print(path)
+    return 0
+
+
+def add_evaluate_parser(subparsers) -> None:
+    from sacrebleu.metrics import bleu
+
+    # sacrebleu's own list of BLEU tokenizers, so a typo is caught before translating.
+    tokenizers = sorted(getattr(bleu, "_TOKENIZERS", {})) or None
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="BLEU and chrF of an exported SavedModel on a test set.",
+        description="Translate --src with the SavedModel and score it against --ref "
+        "(line-aligned files) with sacrebleu. Writes translations.txt and scores.json to "
+        "--output-dir and prints one summary line and the scores as JSON. Pre-tokenized "
+        "corpora (TED pt-en, Multi30k tok/) need --tokenize none.",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="SavedModel: saved_models/NAME (latest version) or saved_models/NAME/VERSION",
+    )
+    parser.add_argument("--src", required=True, help="source sentences, one a line")
+    parser.add_argument("--ref", required=True, help="reference translations, line-aligned")
+    parser.add_argument(
+        "--tokenize",
+        default="13a",
+        choices=tokenizers,
+        help="sacrebleu BLEU tokenizer; 'none' for pre-tokenized text (default: %(default)s)",
+    )
+    parser.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
+    parser.add_argument("--beam", type=int, default=None, metavar="N", help="beam search width")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where translations.txt and scores.json go (default: evaluations/NAME)",
+    )
+    parser.add_argument(
+        "--json-out",
+        default="-",
+        metavar="FILE",
+        help="write the scores JSON here; '-' (default) prints it on stdout, "
+        "and the summary line then goes to stderr",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_evaluate)
+
+
+def _model_name(model: str) -> str:
+    path = Path(model).resolve()
+    # saved_models/NAME/VERSION -> NAME
+    return path.parent.name if path.name.isdigit() else path.name
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from keras_transformer.evaluation import evaluate, summary_line
+
+    if args.beam is not None and args.beam <= 0:
+        raise SystemExit(f"--beam must be a positive integer, got {args.beam}")
+    if args.batch_size <= 0:
+        raise SystemExit(f"--batch-size must be a positive integer, got {args.batch_size}")
+    for flag, path in (("--src", args.src), ("--ref", args.ref)):
+        if not Path(path).is_file():
+            raise SystemExit(f"{flag} {path}: no such file")
+    output_dir = args.output_dir or str(Path("evaluations") / _model_name(args.model))
+    try:
+        result = evaluate(
+            args.model,
+            args.src,
+            args.ref,
+            tokenize=args.tokenize,
+            lowercase=args.lowercase,
+            batch_size=args.batch_size,
+            output_dir=output_dir,
+            beam_width=args.beam,
+            progress=not args.no_progress,
+        )
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(str(error)) from None
+    result.update(
+        model=str(args.model),
+        src=str(args.src),
+        ref=str(args.ref),
+        search=f"beam {args.beam}" if args.beam else "greedy",
+    )
+    text = json.dumps(result, indent=2)
+    if args.json_out == "-":
+        print(summary_line(result), file=sys.stderr)
+        print(text)
+    else:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(text + "\n", encoding="utf-8")
+        print(summary_line(result))
+        print(f"Scores: {args.json_out}; translations: {result['translations_file']}")
+    return 0
+
+
+def add_plot_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="Figures: positional encoding, learning rate, attention heads, training curves.",
+        description="Draw one figure into a PNG file (--out).",
+    )
+    kinds = parser.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+
+    encoding = kinds.add_parser("encoding", help="the sinusoidal positional encoding")
+    encoding.add_argument("--length", type=int, default=128, help="positions")
+    encoding.add_argument("--depth", type=int, default=128, help="dimensions (d_model)")
+
+    schedule = kinds.add_parser("schedule", help="the warmup learning-rate schedule")
+    schedule.add_argument("--d-model", type=int, default=128)
+    schedule.add_argument("--warmup-steps", type=int, default=4000)
+    schedule.add_argument("--steps", type=int, default=40000, help="train steps to draw")
+
+    attention = kinds.add_parser(
+        "attention",
+        help="the last decoder layer's cross-attention heads while translating a sentence",
+        description="Load RUN_DIR's best checkpoint, translate SENTENCE and draw the "
+        "cross-attention weights of each head of the last decoder layer.",
+    )
+    attention.add_argument("--run-dir", required=True, help="a training run directory")
+    attention.add_argument("sentence", help="the source sentence")
+    attention.add_argument("--beam", type=int, default=None, metavar="N", help="beam search")
+    attention.add_argument(
+        "--checkpoint", default="checkpoints/best.keras", help="default: %(default)s"
+    )
+
+    curves = kinds.add_parser("curves", help="loss and accuracy per epoch of a training run")
+    curves.add_argument("--run-dir", required=True, help="a training run directory")
+
+    for sub in (encoding, schedule, attention, curves):
+        sub.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write")
+    parser.set_defaults(func=run_plot)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from keras_transformer import plotting
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for name in ("length", "depth", "d_model", "warmup_steps", "steps", "beam"):
+        value = getattr(args, name, None)
+        if value is not None and value <= 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.figure == "encoding":
+        plotting.plot_positional_encoding(args.length, args.depth, path=out)
+    elif args.figure == "schedule":
+        plotting.plot_learning_rate(args.d_model, args.warmup_steps, args.steps, path=out)
+    elif args.figure == "curves":
+        if not (Path(args.run_dir) / "history.json").is_file():
+            raise SystemExit(f"{args.run_dir} has no history.json: no finished epoch to plot")
+        plotting.plot_training_curves(args.run_dir, out)
+    else:
+        from keras_transformer.run_dir import load_run
+        from keras_transformer.translator import Translator
+
+        try:
+            model, source_tokenizer, target_tokenizer, _ = load_run(args.run_dir, args.checkpoint)
+        except FileNotFoundError as error:
+            raise SystemExit(str(error)) from None
+        translator = Translator(model, source_tokenizer, target_tokenizer)
+        method = "greedy" if args.beam is None else "beam"
+        plotting.plot_translation_attention(
+            translator, args.sentence, path=out, method=method, beam_width=args.beam
+        )
+    print(out)
     return 0
 
 

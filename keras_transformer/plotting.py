@@ -3,7 +3,7 @@
 Each function draws into a new figure, saves it as PNG when `path` is given,
 and returns the figure (`plot_training_curves`, called after every epoch,
 closes its figure and returns the path). The Agg backend is used, so no
-display is needed.
+display is needed, unless MPLBACKEND names another (Jupyter's inline one).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+# Agg needs no display. A backend chosen through MPLBACKEND is kept: Jupyter
+# kernels set the inline one there, and Agg would hide every figure in a notebook.
+if not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -141,3 +144,41 @@ def plot_training_curves(history_or_run_dir, path: str | os.PathLike) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def translation_attention(translator, text: str, method: str = "greedy", beam_width=None) -> dict:
+    """Translates one sentence and returns its last-layer cross-attention, trimmed.
+
+    Args:
+        translator: a `Translator` (the eager path; a loaded SavedModel has no
+            attention output).
+        text: the source sentence.
+        method: "greedy" or "beam".
+
+    Returns:
+        dict with "attention" `(heads, target, source)` for the decoded tokens
+        (each row is the step that produced that target token),
+        "source_tokens", "target_tokens" (lists of str) and "translation" (str).
+    """
+    outputs = translator([text], method=method, beam_width=beam_width, return_attention=True)
+    source_tokens = [t.decode("utf-8", "replace") for t in outputs["source_tokens"][0].numpy()]
+    target_tokens = [t.decode("utf-8", "replace") for t in outputs["target_tokens"][0].numpy()]
+    attention = np.asarray(outputs["attention"])[0, :, : len(target_tokens), : len(source_tokens)]
+    return {
+        "attention": attention,
+        "source_tokens": source_tokens,
+        "target_tokens": target_tokens,
+        "translation": outputs["translation"].numpy()[0].decode("utf-8", "replace"),
+    }
+
+
+def plot_translation_attention(
+    translator, text: str, path=None, method: str = "greedy", beam_width=None, columns: int = 4
+):
+    """`plot_attention_heads` of the last decoder layer while translating `text`."""
+    found = translation_attention(translator, text, method, beam_width)
+    fig = plot_attention_heads(
+        found["attention"], found["source_tokens"], found["target_tokens"], columns=columns
+    )
+    fig.suptitle(f"{text}  ->  {found['translation']}", fontsize=9)
+    return _save(fig, path)
