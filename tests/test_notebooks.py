@@ -10,12 +10,19 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]*.py"))
 
 
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One scratch directory for all notebooks: the serving notebook reuses the export
+    that the training notebook wrote there (they run in file-name order)."""
+    return tmp_path_factory.mktemp("notebooks")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, tmp_path, monkeypatch):
+def test_notebook_executes(path, workdir, monkeypatch):
     notebook = jupytext.read(path)
     # Small settings and a scratch directory, so CI runs them in seconds to minutes.
     monkeypatch.setenv("KT_NOTEBOOK_QUICK", "1")
-    monkeypatch.setenv("KT_NOTEBOOK_WORKDIR", str(tmp_path))
+    monkeypatch.setenv("KT_NOTEBOOK_WORKDIR", str(workdir))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     client = NotebookClient(
         notebook,
