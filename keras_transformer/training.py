@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from keras_transformer.distribute import global_token_mean
 from keras_transformer.tokenizers import PAD_ID
 
 
@@ -69,6 +70,10 @@ def token_losses(label, pred, label_smoothing=0.0):
 def masked_loss(label, pred, label_smoothing=0.0):
     """Mean cross entropy over real (non-padding) target tokens, in float32.
 
+    Under a `tf.distribute` strategy with several replicas it is the mean over
+    the real tokens of the *global* batch (see `distribute.global_token_mean`),
+    not the mean of the replicas' means.
+
     Args:
         label: int `(batch, length)`, 0 at padding.
         pred: logits `(batch, length, vocab)`.
@@ -76,7 +81,7 @@ def masked_loss(label, pred, label_smoothing=0.0):
             (the paper uses 0.1). Defaults to 0.
     """
     loss, mask = token_losses(label, pred, label_smoothing)
-    return tf.math.divide_no_nan(tf.reduce_sum(loss), tf.reduce_sum(mask))
+    return global_token_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
