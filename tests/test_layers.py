@@ -359,3 +359,15 @@ def test_layers_carry_the_dtype_policy_to_sublayers():
     assert keras.layers.deserialize(keras.layers.serialize(layer)).dtype_policy.name == (
         "mixed_bfloat16"
     )
+
+
+def test_layers_compose_into_a_functional_model_with_explicit_masks():
+    ids = keras.Input(shape=(None,), dtype="int32")
+    mask = kt.layers.padding_mask(ids)
+    x = kt.PositionalEmbedding(VOCAB, D)(ids)
+    x = kt.EncoderLayer(D, H, DFF, dropout_rate=0.0)(x, padding_mask=mask)
+    x = kt.EncoderLayer(D, H, DFF, dropout_rate=0.0)(x, padding_mask=mask)
+    encoder = keras.Model(ids, x)
+    real = token_ids(2, 5, VOCAB)
+    padded = np.concatenate([real, np.zeros((2, 3), "int32")], axis=1)
+    assert_close(encoder(padded)[:, :5], encoder(real), atol=1e-5)

@@ -1,12 +1,14 @@
 """Mask builders shared by the attention layers.
 
-Every mask here is boolean with True meaning "may attend". Masks are always
-built from token ids and passed explicitly to attention; Keras' implicit
-`_keras_mask` propagation is never relied on (under Keras 3 it is silently
-dropped by wrapper layers and cleared by attention, see DESIGN.md).
+Every mask here is boolean with True meaning "may attend". They use `keras.ops`,
+so they work on eager tensors, inside `tf.function` and on symbolic Keras inputs
+of a functional model alike. Masks are always built from token ids and passed
+explicitly to attention; Keras' implicit `_keras_mask` propagation is never
+relied on (under Keras 3 it is silently dropped by wrapper layers and cleared
+by attention, see DESIGN.md).
 """
 
-import tensorflow as tf
+from keras import ops
 
 PAD_ID = 0
 
@@ -20,7 +22,7 @@ def padding_mask(token_ids):
     Returns:
         bool tensor of shape `(batch, length)`.
     """
-    return tf.not_equal(token_ids, PAD_ID)
+    return ops.not_equal(token_ids, PAD_ID)
 
 
 def causal_mask(query_length, key_length, query_offset=0):
@@ -32,11 +34,11 @@ def causal_mask(query_length, key_length, query_offset=0):
     Returns:
         bool tensor of shape `(query_length, key_length)`.
     """
-    query_positions = tf.range(query_length)[:, None] + query_offset
-    key_positions = tf.range(key_length)[None, :]
-    return key_positions <= query_positions
+    query_positions = ops.expand_dims(ops.arange(query_length) + query_offset, 1)
+    key_positions = ops.expand_dims(ops.arange(key_length), 0)
+    return ops.less_equal(key_positions, query_positions)
 
 
 def key_mask(key_padding_mask):
     """Broadcastable attention mask `(batch, 1, keys)` from a key padding mask."""
-    return key_padding_mask[:, None, :]
+    return ops.expand_dims(key_padding_mask, 1)

@@ -1,0 +1,160 @@
+"""Translation quality with sacrebleu: BLEU and chrF on a test set.
+
+Pre-tokenized, lowercased corpora (TED pt-en as released, Multi30k tok/) must be
+scored with `tokenize="none"`: re-tokenizing already tokenized text inflates
+BLEU. Raw text uses sacrebleu's default ("13a").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU, CHRF
+
+DEFAULT_TOKENIZE = "13a"
+
+
+def score(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    tokenize: str = DEFAULT_TOKENIZE,
+    lowercase: bool = False,
+) -> dict:
+    """Corpus BLEU and chrF of `hypotheses` against one reference each.
+
+    Returns:
+        dict with "bleu", "chrf", their sacrebleu signatures, and "sentences".
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: "
+            "every hypothesis needs exactly one reference."
+        )
+    bleu = BLEU(tokenize=tokenize, lowercase=lowercase)
+    chrf = CHRF(lowercase=lowercase)
+    refs = [list(references)]
+    bleu_score = bleu.corpus_score(list(hypotheses), refs)
+    chrf_score = chrf.corpus_score(list(hypotheses), refs)
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "bleu_detail": str(bleu_score),
+        "sentences": len(hypotheses),
+    }
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file, without line ends (undecodable bytes are an error)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n").rstrip("\r") for line in f]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not valid UTF-8: {error}") from error
+
+
+def resolve_saved_model(path: str | os.PathLike) -> Path:
+    """A SavedModel directory: `path` itself, or its highest integer version below it."""
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return path
+    versions = [p for p in path.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()]
+    if not versions:
+        raise FileNotFoundError(
+            f"No SavedModel at {path}: expected saved_model.pb there or in a numbered "
+            "version folder (TF Serving layout NAME/VERSION/)."
+        )
+    return max(versions, key=lambda p: int(p.name))
+
+
+def saved_model_translate_fn(
+    model_path: str | os.PathLike, signature: str = "serving_default"
+) -> Callable[[list[str]], list[str]]:
+    """A function translating a list of strings with an exported SavedModel's signature."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the ops the export uses)
+
+    loaded = tf.saved_model.load(str(resolve_saved_model(model_path)))
+    if signature not in loaded.signatures:
+        raise ValueError(
+            f"The SavedModel has no signature {signature!r}; it has "
+            f"{sorted(loaded.signatures.keys())}"
+        )
+    serve = loaded.signatures[signature]
+
+    def translate(batch: list[str]) -> list[str]:
+        outputs = serve(text=tf.constant(batch, tf.string))
+        return [t.decode("utf-8") for t in outputs["translation"].numpy()]
+
+    return translate
+
+
+def evaluate(
+    translate: Callable[[list[str]], list[str]] | str | os.PathLike,
+    sources: Sequence[str] | str | os.PathLike,
+    references: Sequence[str] | str | os.PathLike,
+    tokenize: str = DEFAULT_TOKENIZE,
+    lowercase: bool = False,
+    batch_size: int = 64,
+    output_dir: str | os.PathLike | None = None,
+    signature: str = "serving_default",
+    progress: bool = True,
+) -> dict:
+    """Translates `sources` and scores the result against `references`.
+
+    Args:
+        translate: a function from a list of strings to their translations, or
+            the path of an exported SavedModel (TF Serving layout).
+        sources, references: lists of sentences, or paths of line-aligned files.
+        tokenize: sacrebleu tokenizer; "none" for pre-tokenized corpora.
+        output_dir: if given, writes translations.txt and scores.json there.
+        signature: the SavedModel signature used when `translate` is a path
+            (e.g. "beam_search").
+
+    Returns:
+        the dict of `score`, plus where the outputs were written.
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(sources, (str, os.PathLike)):
+        sources = read_lines(sources)
+    if isinstance(references, (str, os.PathLike)):
+        references = read_lines(references)
+    if len(sources) != len(references):
+        raise ValueError(
+            f"The source has {len(sources)} lines but the reference has {len(references)}: "
+            "they must be line-aligned."
+        )
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive. Received: batch_size={batch_size}")
+    if not callable(translate):
+        translate = saved_model_translate_fn(translate, signature)
+
+    hypotheses: list[str] = []
+    with tqdm(total=len(sources), desc="translating", unit="sent", disable=not progress) as bar:
+        for start in range(0, len(sources), batch_size):
+            batch = list(sources[start : start + batch_size])
+            hypotheses.extend(translate(batch))
+            bar.update(len(batch))
+    result = score(hypotheses, references, tokenize=tokenize, lowercase=lowercase)
+    if output_dir is not None:
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "translations.txt").write_text(
+            "".join(h + "\n" for h in hypotheses), encoding="utf-8"
+        )
+        result["translations_file"] = str(output_dir / "translations.txt")
+        (output_dir / "scores.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def summary_line(result: dict) -> str:
+    """One human-readable line: BLEU, chrF and the BLEU signature."""
+    return (
+        f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  "
+        f"({result['sentences']} sentences; {result['bleu_signature']})"
+    )

@@ -1,0 +1,94 @@
+"""Figures with matplotlib: positional encoding, learning rate, attention, training curves.
+
+Each function draws into a new figure, saves it as PNG when `path` is given,
+and returns the figure. The Agg backend is used, so no display is needed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig, path):
+    if path is not None:
+        fig.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
+    return fig
+
+
+def plot_positional_encoding(length: int = 128, depth: int = 128, path=None):
+    """Heat map of the sinusoidal encoding: positions down, dimensions across."""
+    from keras_transformer.layers import positional_encoding
+
+    encoding = positional_encoding(length, depth)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    image = ax.pcolormesh(encoding, cmap="RdBu", vmin=-1, vmax=1)
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    ax.set_title(f"Sinusoidal positional encoding ({length} x {depth})")
+    fig.colorbar(image, ax=ax)
+    return _save(fig, path)
+
+
+def plot_learning_rate(d_model: int = 128, warmup_steps: int = 4000, steps: int = 40000, path=None):
+    """The warmup schedule's learning rate over `steps` training steps."""
+    from keras_transformer.training import WarmupSchedule
+
+    schedule = WarmupSchedule(d_model, warmup_steps)
+    x = np.arange(steps)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(x, np.asarray(schedule(x)))
+    ax.axvline(warmup_steps, color="grey", linestyle=":", label=f"warmup_steps={warmup_steps}")
+    ax.set_xlabel("train step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"Warmup schedule (d_model={d_model})")
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_attention_heads(
+    attention,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    path=None,
+    columns: int = 4,
+):
+    """Cross-attention weights of each head for one sentence.
+
+    Args:
+        attention: array `(heads, target_length, source_length)`.
+        source_tokens: labels for the source axis (length `source_length`).
+        target_tokens: labels for the target axis (length `target_length`).
+    """
+    attention = np.asarray(attention)
+    if attention.ndim != 3:
+        raise ValueError(
+            f"attention must have shape (heads, target, source); got {attention.shape}"
+        )
+    heads, target_length, source_length = attention.shape
+    if len(source_tokens) != source_length or len(target_tokens) != target_length:
+        raise ValueError(
+            f"attention is {target_length} x {source_length} (target x source) but "
+            f"{len(target_tokens)} target and {len(source_tokens)} source labels were given."
+        )
+    columns = min(columns, heads)
+    rows = -(-heads // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.2 * rows), squeeze=False)
+    for head, ax in enumerate(axes.flat):
+        if head >= heads:
+            ax.axis("off")
+            continue
+        ax.matshow(attention[head], cmap="viridis", vmin=0)
+        ax.set_xticks(range(source_length))
+        ax.set_xticklabels(source_tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(target_length))
+        ax.set_yticklabels(target_tokens, fontsize=7)
+        ax.set_xlabel(f"head {head + 1}")
+    fig.tight_layout()
+    return _save(fig, path)

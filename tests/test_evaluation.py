@@ -1,0 +1,82 @@
+"""BLEU/chrF through the evaluate path."""
+
+import json
+
+import pytest
+
+from keras_transformer import evaluation
+
+REFERENCES = [
+    "the cat sat on the mat .",
+    "there is a dog in the garden , and it is barking .",
+    "we went home early because it was raining .",
+]
+
+
+def identity(batch):
+    return list(batch)
+
+
+def test_perfect_hypotheses_score_100(tmp_path):
+    result = evaluation.evaluate(
+        identity, REFERENCES, REFERENCES, tokenize="none", output_dir=tmp_path, progress=False
+    )
+    assert result["bleu"] == 100.0
+    assert result["chrf"] == 100.0
+    assert (tmp_path / "translations.txt").read_text().splitlines() == REFERENCES
+    assert json.loads((tmp_path / "scores.json").read_text())["bleu"] == 100.0
+
+
+def test_empty_hypotheses_score_0():
+    result = evaluation.evaluate(
+        lambda batch: [""] * len(batch), REFERENCES, REFERENCES, progress=False
+    )
+    assert result["bleu"] == 0.0
+    assert result["chrf"] == 0.0
+
+
+def test_tokenization_setting_is_honoured():
+    hypotheses = ["the cat sat on the mat."]  # untokenized final period
+    references = ["the cat sat on the mat ."]
+    raw = evaluation.score(hypotheses, references, tokenize="13a")
+    pretokenized = evaluation.score(hypotheses, references, tokenize="none")
+    assert raw["bleu"] == 100.0  # 13a splits "mat." into "mat ."
+    assert pretokenized["bleu"] < 100.0  # "mat." is one token that matches nothing
+    assert "tok:none" in pretokenized["bleu_signature"]
+    assert "tok:13a" in raw["bleu_signature"]
+
+
+def test_sources_and_references_are_read_from_files_in_batches(tmp_path):
+    src, ref = tmp_path / "test.src", tmp_path / "test.ref"
+    src.write_text("".join(line + "\n" for line in REFERENCES), encoding="utf-8")
+    ref.write_text("".join(line.upper() + "\n" for line in REFERENCES), encoding="utf-8")
+    seen_batches = []
+
+    def translate(batch):
+        seen_batches.append(len(batch))
+        return batch
+
+    result = evaluation.evaluate(translate, src, ref, lowercase=True, batch_size=2, progress=False)
+    assert seen_batches == [2, 1]
+    assert result["bleu"] == 100.0
+    assert "BLEU 100.00" in evaluation.summary_line(result)
+
+
+def test_misaligned_inputs_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="3 lines but the reference has 2"):
+        evaluation.evaluate(identity, REFERENCES, REFERENCES[:2], progress=False)
+    with pytest.raises(ValueError, match="exactly one reference"):
+        evaluation.score(["a"], ["a", "b"])
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"caf\xe9\n")
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        evaluation.read_lines(bad)
+
+
+def test_missing_saved_model_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No SavedModel"):
+        evaluation.resolve_saved_model(tmp_path)
+    for version in ("1", "3", "20"):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "saved_model.pb").write_bytes(b"")
+    assert evaluation.resolve_saved_model(tmp_path).name == "20"
