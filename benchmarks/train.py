@@ -228,7 +228,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=os.path.join("..", "shared", "corpora", "ted_pt_en"))
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "kt_bench_cache"))
-    parser.add_argument("--steps", type=int, default=12, help="timed steps per configuration")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=2, help="least warmup steps")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
