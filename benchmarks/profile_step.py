@@ -89,7 +89,8 @@ def main(argv=None):
         return loss
 
     def run(fn):
-        return lambda: tf.nest.map_structure(lambda t: t.numpy(), fn())
+        # Embedding gradients are IndexedSlices: fetch their values.
+        return lambda: tf.nest.map_structure(lambda t: getattr(t, "values", t).numpy(), fn())
 
     t = {
         name: median_seconds(run(fn), args.repeats)
