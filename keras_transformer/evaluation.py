@@ -57,38 +57,19 @@ def read_lines(path: str | os.PathLike) -> list[str]:
         raise ValueError(f"{path} is not valid UTF-8: {error}") from error
 
 
-def resolve_saved_model(path: str | os.PathLike) -> Path:
-    """A SavedModel directory: `path` itself, or its highest integer version below it."""
-    path = Path(path)
-    if (path / "saved_model.pb").is_file():
-        return path
-    versions = [p for p in path.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()]
-    if not versions:
-        raise FileNotFoundError(
-            f"No SavedModel at {path}: expected saved_model.pb there or in a numbered "
-            "version folder (TF Serving layout NAME/VERSION/)."
-        )
-    return max(versions, key=lambda p: int(p.name))
-
-
 def saved_model_translate_fn(
-    model_path: str | os.PathLike, signature: str = "serving_default"
+    model_path: str | os.PathLike, beam_width: int | None = None
 ) -> Callable[[list[str]], list[str]]:
-    """A function translating a list of strings with an exported SavedModel's signature."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the ops the export uses)
+    """A function translating a list of strings with an exported SavedModel.
 
-    loaded = tf.saved_model.load(str(resolve_saved_model(model_path)))
-    if signature not in loaded.signatures:
-        raise ValueError(
-            f"The SavedModel has no signature {signature!r}; it has "
-            f"{sorted(loaded.signatures.keys())}"
-        )
-    serve = loaded.signatures[signature]
+    Greedy search through `serving_default`, or beam search of `beam_width`.
+    """
+    from keras_transformer.export import load_translator, translate_texts
+
+    saved_model = load_translator(model_path)
 
     def translate(batch: list[str]) -> list[str]:
-        outputs = serve(text=tf.constant(batch, tf.string))
-        return [t.decode("utf-8") for t in outputs["translation"].numpy()]
+        return [text for text, _ in translate_texts(saved_model, batch, beam_width, len(batch))]
 
     return translate
 
@@ -101,7 +82,7 @@ def evaluate(
     lowercase: bool = False,
     batch_size: int = 64,
     output_dir: str | os.PathLike | None = None,
-    signature: str = "serving_default",
+    beam_width: int | None = None,
     progress: bool = True,
 ) -> dict:
     """Translates `sources` and scores the result against `references`.
@@ -112,8 +93,8 @@ def evaluate(
         sources, references: lists of sentences, or paths of line-aligned files.
         tokenize: sacrebleu tokenizer; "none" for pre-tokenized corpora.
         output_dir: if given, writes translations.txt and scores.json there.
-        signature: the SavedModel signature used when `translate` is a path
-            (e.g. "beam_search").
+        beam_width: beam search of this width when `translate` is a path;
+            greedy search when None.
 
     Returns:
         the dict of `score`, plus where the outputs were written.
@@ -132,7 +113,7 @@ def evaluate(
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive. Received: batch_size={batch_size}")
     if not callable(translate):
-        translate = saved_model_translate_fn(translate, signature)
+        translate = saved_model_translate_fn(translate, beam_width)
 
     hypotheses: list[str] = []
     with tqdm(total=len(sources), desc="translating", unit="sent", disable=not progress) as bar:

@@ -73,10 +73,23 @@ def test_misaligned_inputs_are_rejected(tmp_path):
         evaluation.read_lines(bad)
 
 
-def test_missing_saved_model_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="No SavedModel"):
-        evaluation.resolve_saved_model(tmp_path)
-    for version in ("1", "3", "20"):
-        (tmp_path / version).mkdir()
-        (tmp_path / version / "saved_model.pb").write_bytes(b"")
-    assert evaluation.resolve_saved_model(tmp_path).name == "20"
+def test_scores_an_exported_saved_model(tiny_translation_model, tmp_path):
+    from keras_transformer.export import export_translator
+
+    tiny = tiny_translation_model
+    export_dir = export_translator(
+        tiny.model,
+        tmp_path / "exports",
+        "digits",
+        source_tokenizer=tiny.source_tokenizer,
+        target_tokenizer=tiny.target_tokenizer,
+    )
+    sources = ["three one four", "one five nine two"]
+    result = evaluation.evaluate(
+        export_dir.parent, sources, ["3 1 4", "1 5 9 2"], tokenize="none", progress=False
+    )
+    assert result["bleu"] > 50  # the tiny model has learned the mapping
+    beam = evaluation.evaluate(
+        export_dir.parent, sources, ["3 1 4", "1 5 9 2"], beam_width=2, progress=False
+    )
+    assert beam["sentences"] == 2

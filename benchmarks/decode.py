@@ -1,0 +1,263 @@
+"""Decoding speed through exported SavedModels: cached vs the tutorial's way vs KerasHub.
+
+Sentences per second on TED pt->en test sentences, at batch 1 and 64, greedy and
+beam 4, for three SavedModels built in this run from tutorial-size models
+(4 layers, d_model 128, dff 512, 8 heads), each with the same tokenizers inside:
+
+- cached:   keras_transformer's Translator (key/value cache, in-graph loop);
+- uncached: the same Translator re-running the encoder and the whole decoder
+            prefix at every step (the tutorial's way);
+- kerashub: a same-size model from keras_hub layers (TokenAndPositionEmbedding,
+            TransformerEncoder, TransformerDecoder with its self/cross-attention
+            caches) decoded by keras_hub.samplers.GreedySampler / BeamSampler.
+
+The models are untrained (random weights): every method decodes exactly
+`--steps` tokens per sentence (stopping at [END] is disabled), so all do the
+same work. The vocabularies are learned from the first `--vocab-lines` lines of
+the TED training text.
+
+    python benchmarks/decode.py                       # 64 sentences, 32 steps
+    python benchmarks/decode.py --sentences 256 --steps 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer.export import export_translator
+from keras_transformer.tokenizers import START_ID, Tokenizer, learn_vocabulary
+from keras_transformer.translator import TEXT_SPEC, Translator
+
+CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora" / "ted_pt_en"
+SIZE = dict(num_layers=4, d_model=128, num_heads=8, dff=512)
+
+
+def read_lines(path: Path, count: int) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for _, line in zip(range(count), f, strict=False)]
+
+
+class KerasHubTranslator(tf.Module):
+    """Same-size encoder-decoder from keras_hub layers, decoded by keras_hub samplers."""
+
+    def __init__(self, source_tokenizer, target_tokenizer, max_source: int, steps: int):
+        import keras_hub
+
+        super().__init__(name="kerashub_translator")
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_source, self.steps = max_source, steps
+        d, heads, dff, layers = SIZE["d_model"], SIZE["num_heads"], SIZE["dff"], SIZE["num_layers"]
+        hub = keras_hub.layers
+        parts = types.SimpleNamespace(
+            source_embedding=hub.TokenAndPositionEmbedding(
+                source_tokenizer.vocab_size, max_source, d
+            ),
+            target_embedding=hub.TokenAndPositionEmbedding(
+                target_tokenizer.vocab_size, steps + 1, d
+            ),
+            encoders=[hub.TransformerEncoder(dff, heads) for _ in range(layers)],
+            decoders=[hub.TransformerDecoder(dff, heads) for _ in range(layers)],
+            output=keras.layers.Dense(target_tokenizer.vocab_size),
+        )
+        # Build every layer with one call, then track variables only (as Translator does).
+        source = tf.ones([1, 4], tf.int64)
+        context = self._encode(parts, source)
+        x = parts.target_embedding(tf.ones([1, 2], tf.int64))
+        for layer in parts.decoders:
+            x = layer(x, context)
+        parts.output(x)
+        self._parts = parts
+        variables = []
+        for layer in [parts.source_embedding, parts.target_embedding, parts.output]:
+            variables += layer.variables
+        for layer in parts.encoders + parts.decoders:
+            variables += layer.variables
+        self.model_variables = [v.value for v in variables]
+
+    @staticmethod
+    def _encode(parts, ids):
+        mask = tf.not_equal(ids, 0)
+        x = parts.source_embedding(ids)
+        for layer in parts.encoders:
+            x = layer(x, padding_mask=mask)
+        return x
+
+    def _decode(self, text, sampler):
+        parts = self._parts
+        tokens = self.source_tokenizer.tokenize(text)[:, : self.max_source].to_tensor()
+        context = self._encode(parts, tokens)
+        context_mask = tf.not_equal(tokens, 0)
+        batch = tf.shape(tokens)[0]
+        d_head = SIZE["d_model"] // SIZE["num_heads"]
+        self_cache = tf.zeros(
+            [batch, SIZE["num_layers"], 2, self.steps + 1, SIZE["num_heads"], d_head]
+        )
+        cross_cache = tf.zeros(
+            [batch, SIZE["num_layers"], 2, tf.shape(tokens)[1], SIZE["num_heads"], d_head]
+        )
+
+        def call_decoder(ids, cache, index, cross_index):
+            self_cache, cross_cache, context, context_mask = cache
+            x = parts.target_embedding(ids, start_index=index)
+            self_caches, cross_caches = [], []
+            for i, layer in enumerate(parts.decoders):
+                x, self_i, cross_i = layer(
+                    x,
+                    encoder_sequence=context,
+                    encoder_padding_mask=context_mask,
+                    self_attention_cache=self_cache[:, i],
+                    self_attention_cache_update_index=index,
+                    cross_attention_cache=cross_cache[:, i],
+                    cross_attention_cache_update_index=cross_index,
+                )
+                self_caches.append(self_i)
+                cross_caches.append(cross_i)
+            cache = (tf.stack(self_caches, 1), tf.stack(cross_caches, 1), context, context_mask)
+            return parts.output(x)[:, 0, :], cache
+
+        prompt = tf.concat(
+            [
+                tf.fill([batch, 1], tf.constant(START_ID, tf.int64)),
+                tf.zeros([batch, self.steps], tf.int64),
+            ],
+            axis=1,
+        )
+        # Fill the cross-attention caches once (cross_attention_cache_update_index=0).
+        _, cache = call_decoder(
+            prompt[:, :1], (self_cache, cross_cache, context, context_mask), 0, 0
+        )
+
+        def next_logits(prompt, cache, index):
+            logits, cache = call_decoder(prompt[:, index - 1 : index], cache, index - 1, None)
+            return logits, None, cache
+
+        generated = sampler(next_logits, prompt, cache=cache, index=1)
+        ids = tf.RaggedTensor.from_tensor(generated[:, 1:])
+        return {
+            "translation": self.target_tokenizer.detokenize(ids),
+            "score": tf.zeros([batch]),
+        }
+
+    def signatures(self, beam_width: int) -> dict:
+        import keras_hub
+
+        greedy = keras_hub.samplers.GreedySampler()
+        beam = keras_hub.samplers.BeamSampler(num_beams=beam_width)
+
+        @tf.function(input_signature=[TEXT_SPEC])
+        def serving_default(text):
+            return self._decode(text, greedy)
+
+        @tf.function(input_signature=[TEXT_SPEC])
+        def beam_search(text):
+            return self._decode(text, beam)
+
+        return {"serving_default": serving_default, "beam_search": beam_search}
+
+
+def sentences_per_second(signature, sentences: list[str], batch_size: int, repeats: int) -> float:
+    batches = [
+        tf.constant(sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)
+    ]
+    signature(text=batches[0])  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for batch in batches:
+            signature(text=batch)["translation"].numpy()
+        best = min(best, time.perf_counter() - start)
+    return len(sentences) / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=32, help="tokens decoded per sentence")
+    parser.add_argument("--vocab-lines", type=int, default=4000)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--beam-width", type=int, default=4)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--batch1-sentences", type=int, default=16, help="fewer at batch 1")
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes; best kept")
+    parser.add_argument("--skip-kerashub", action="store_true")
+    args = parser.parse_args()
+
+    keras.utils.set_random_seed(0)
+    corpus = args.corpus.resolve()
+    start = time.perf_counter()
+    source_vocab = learn_vocabulary(
+        read_lines(corpus / "train.pt", args.vocab_lines), args.vocab_size
+    )
+    target_vocab = learn_vocabulary(
+        read_lines(corpus / "train.en", args.vocab_lines), args.vocab_size
+    )
+    print(
+        f"vocabularies: pt {len(source_vocab)}, en {len(target_vocab)} tokens "
+        f"from {args.vocab_lines} lines ({time.perf_counter() - start:.0f}s)"
+    )
+    source_tokenizer = Tokenizer(source_vocab, name="source_tokenizer")
+    target_tokenizer = Tokenizer(target_vocab, name="target_tokenizer")
+    sentences = read_lines(corpus / "test.pt", args.sentences)
+    max_source = 128
+    model = Transformer(
+        input_vocab_size=len(source_vocab),
+        target_vocab_size=len(target_vocab),
+        max_length=max_source,
+        **SIZE,
+    )
+    model((tf.ones([1, 4], tf.int64), tf.ones([1, 4], tf.int64)))
+    common = dict(max_length=args.steps, beam_width=args.beam_width, stop_at_end=False)
+    exports = {}
+    with tempfile.TemporaryDirectory() as root:
+        for name, use_cache in (("cached", True), ("uncached", False)):
+            translator = Translator(
+                model, source_tokenizer, target_tokenizer, use_cache=use_cache, **common
+            )
+            exports[name] = export_translator(translator, root, name)
+        if not args.skip_kerashub:
+            hub = KerasHubTranslator(source_tokenizer, target_tokenizer, max_source, args.steps)
+            path = Path(root) / "kerashub" / "1"
+            tf.saved_model.save(hub, str(path), signatures=hub.signatures(args.beam_width))
+            exports["kerashub"] = path
+        loaded = {name: tf.saved_model.load(str(path)) for name, path in exports.items()}
+
+        print(
+            f"\n{len(sentences)} TED test sentences ({args.batch1_sentences} at batch 1), "
+            f"{args.steps} tokens each, SavedModel signatures, {SIZE}"
+        )
+        print(
+            f"{'search':<8} {'batch':>5} "
+            + " ".join(f"{n + ' sent/s':>17}" for n in loaded)
+            + "   cached/uncached  cached/kerashub"
+        )
+        for search in ("serving_default", "beam_search"):
+            for batch_size in args.batch_sizes:
+                subset = sentences[: args.batch1_sentences] if batch_size == 1 else sentences
+                rates = {
+                    name: sentences_per_second(
+                        m.signatures[search], subset, batch_size, args.repeats
+                    )
+                    for name, m in loaded.items()
+                }
+                label = "greedy" if search == "serving_default" else f"beam{args.beam_width}"
+                line = f"{label:<8} {batch_size:>5} " + " ".join(
+                    f"{r:>17.1f}" for r in rates.values()
+                )
+                line += f"   {rates['cached'] / rates['uncached']:>15.2f}x"
+                if "kerashub" in rates:
+                    line += f"  {rates['cached'] / rates['kerashub']:>14.2f}x"
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

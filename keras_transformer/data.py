@@ -1,0 +1,335 @@
+"""Corpora and the tf.data input pipeline.
+
+Corpora come in as `(source, target)` string pairs from one of:
+- `demo_corpus`: numbers written as words in two languages (num2words), built
+  here, offline and deterministic; a small model learns it in minutes.
+- `read_parallel_files` / `read_tsv`: line-aligned text files or a TSV file.
+- `load_tfds`: tensorflow-datasets (`ted_hrlr_translate/pt_to_en`, as in the
+  TensorFlow tutorial); needs the internet the first time.
+
+`make_batches` tokenizes them and yields `((context, target_in), target_out)`,
+int64, padded with 0, batched by length buckets so that little compute goes
+to padding and the train step sees only a handful of shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+from collections.abc import Iterable, Sequence
+
+import tensorflow as tf
+
+logger = logging.getLogger(__name__)
+
+Pair = tuple[str, str]
+
+TFDS_TED = "ted_hrlr_translate/pt_to_en"
+
+
+# ----------------------------------------------------------------------------- demo corpus
+
+
+def demo_corpus(
+    num_pairs: int = 20000, seed: int = 0, source_lang: str = "en", target_lang: str = "pt"
+) -> list[Pair]:
+    """`num_pairs` distinct numbers below one million written out in two languages.
+
+    For example ("one hundred and one thousand and one", "cento e um mil e um").
+    The number of digits is drawn uniformly from 1 to 6, so short and long
+    numbers are equally common. The same arguments always give the same list.
+
+    Args:
+        num_pairs: how many pairs (at most 1,000,000).
+        seed: random seed.
+        source_lang, target_lang: num2words language codes ("en", "pt", "de", ...).
+    """
+    from num2words import num2words
+
+    if not 0 < num_pairs <= 1_000_000:
+        raise ValueError(f"num_pairs must be in 1..1000000. Received: num_pairs={num_pairs}")
+    rng = random.Random(seed)
+    seen: set[int] = set()
+    numbers: list[int] = []
+    while len(numbers) < num_pairs:
+        digits = rng.randint(1, 6)
+        n = rng.randrange(0 if digits == 1 else 10 ** (digits - 1), 10**digits)
+        if n not in seen:
+            seen.add(n)
+            numbers.append(n)
+    return [(num2words(n, lang=source_lang), num2words(n, lang=target_lang)) for n in numbers]
+
+
+# ----------------------------------------------------------------------------- text files
+
+
+def _read_lines(path: str | os.PathLike) -> list[bytes]:
+    with open(path, "rb") as f:
+        data = f.read()
+    # Split on "\n" only: str.splitlines would also split on U+2028, U+0085,
+    # form feeds, ... inside a sentence and silently shift every later pair.
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+class _Skips:
+    """Counts skipped lines by reason, for one report at the end."""
+
+    def __init__(self, where: str, on_error: str):
+        if on_error not in ("skip", "raise"):
+            raise ValueError(f"on_error must be 'skip' or 'raise'. Received: {on_error!r}")
+        self.where = where
+        self.on_error = on_error
+        self.lines: dict[str, list[int]] = {}
+
+    def add(self, reason: str, line_number: int) -> None:
+        if self.on_error == "raise":
+            raise ValueError(f"{self.where}: line {line_number}: {reason}.")
+        self.lines.setdefault(reason, []).append(line_number)
+
+    def report(self, total: int) -> None:
+        if not self.lines:
+            return
+        skipped = sum(len(v) for v in self.lines.values())
+        parts = [
+            f"{len(v)} {reason} (line{'s' if len(v) > 1 else ''} "
+            f"{', '.join(map(str, v[:5]))}{', ...' if len(v) > 5 else ''})"
+            for reason, v in self.lines.items()
+        ]
+        logger.warning(
+            "%s: skipped %d of %d lines: %s", self.where, skipped, total, "; ".join(parts)
+        )
+
+
+def _decode(line: bytes, skips: _Skips, what: str, line_number: int) -> str | None:
+    try:
+        text = line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        skips.add(f"undecodable UTF-8 in {what}", line_number)
+        return None
+    if not text:
+        skips.add(f"empty {what}", line_number)
+        return None
+    return text
+
+
+def read_parallel_files(
+    src_path: str | os.PathLike, tgt_path: str | os.PathLike, on_error: str = "skip"
+) -> list[Pair]:
+    """Line-aligned parallel files -> `(source, target)` pairs.
+
+    Files with different line counts raise ValueError naming both files and
+    counts. A line pair where either side is empty or not valid UTF-8 is
+    dropped as a pair (so the alignment is kept) and the drops are reported
+    with their line numbers in one warning; `on_error="raise"` raises instead.
+    """
+    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
+    if len(src_lines) != len(tgt_lines):
+        raise ValueError(
+            f"Parallel files are not line-aligned: {os.fspath(src_path)} has "
+            f"{len(src_lines)} lines but {os.fspath(tgt_path)} has {len(tgt_lines)} lines."
+        )
+    skips = _Skips(f"{os.fspath(src_path)} / {os.fspath(tgt_path)}", on_error)
+    pairs = []
+    for i, (s, t) in enumerate(zip(src_lines, tgt_lines, strict=True), start=1):
+        source = _decode(s, skips, "source", i)
+        target = _decode(t, skips, "target", i) if source is not None else None
+        if source is not None and target is not None:
+            pairs.append((source, target))
+    skips.report(len(src_lines))
+    return pairs
+
+
+def read_tsv(path: str | os.PathLike, on_error: str = "skip") -> list[Pair]:
+    """A `source<TAB>target` file -> pairs.
+
+    Lines without exactly one tab, with an empty side or invalid UTF-8 are
+    skipped and reported in one warning (or raise with `on_error="raise"`).
+    """
+    skips = _Skips(os.fspath(path), on_error)
+    lines = _read_lines(path)
+    pairs = []
+    for i, line in enumerate(lines, start=1):
+        fields = line.split(b"\t")
+        if len(fields) != 2:
+            skips.add(f"lines with {len(fields)} tab-separated fields instead of 2", i)
+            continue
+        source = _decode(fields[0], skips, "source", i)
+        target = _decode(fields[1], skips, "target", i) if source is not None else None
+        if source is not None and target is not None:
+            pairs.append((source, target))
+    skips.report(len(lines))
+    return pairs
+
+
+# ----------------------------------------------------------------------------- tfds
+
+
+def _can_reach(host: str, port: int = 443, timeout: float = 3.0) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_tfds(
+    name: str = TFDS_TED, split: str = "train", data_dir: str | None = None
+) -> tf.data.Dataset:
+    """A tensorflow-datasets translation corpus as a dataset of `(source, target)` strings.
+
+    Downloads and prepares it the first time (needs the internet). Offline,
+    and with no prepared copy in `data_dir`, it fails at once rather than
+    retrying downloads for minutes.
+    """
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+        if not _can_reach("storage.googleapis.com") and not _can_reach("github.com"):
+            raise RuntimeError(
+                f"tensorflow-datasets '{name}' is not prepared in {builder.data_dir} and "
+                "there is no internet connection to download it. Train from local files "
+                "instead: `keras-transformer train --src train.pt --tgt train.en "
+                "--val-src dev.pt --val-tgt dev.en` (line-aligned text files) or --tsv FILE."
+            )
+        builder.download_and_prepare()
+    return builder.as_dataset(split=split, as_supervised=True)
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+def bucket_boundaries(max_tokens: int, smallest: int = 8) -> list[int]:
+    """Padded lengths for the buckets: about 1.5x apart, multiples of 8, up to `max_tokens`."""
+    lengths = []
+    length = smallest
+    while length < max_tokens:
+        lengths.append(length)
+        length = max(length + 8, int(length * 1.5) // 8 * 8)
+    lengths.append(max_tokens)
+    return lengths
+
+
+def _as_string_dataset(pairs: Sequence[Pair] | tf.data.Dataset) -> tf.data.Dataset:
+    if isinstance(pairs, tf.data.Dataset):
+        return pairs
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("No sentence pairs to batch (the corpus is empty).")
+    sources, targets = zip(*pairs, strict=True)
+    return tf.data.Dataset.from_tensor_slices(
+        (tf.constant(sources, tf.string), tf.constant(targets, tf.string))
+    )
+
+
+def tokenize_pairs(
+    pairs: Sequence[Pair] | tf.data.Dataset, source_tokenizer, target_tokenizer
+) -> tf.data.Dataset:
+    """Pairs -> dataset of `(source_ids, target_ids)` 1-D int64 (with START/END)."""
+    return (
+        _as_string_dataset(pairs)
+        .batch(1024)
+        .map(
+            lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .unbatch()
+    )
+
+
+def make_batches(
+    pairs: Sequence[Pair] | tf.data.Dataset,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size: int = 64,
+    max_tokens: int = 128,
+    batch_tokens: int | None = None,
+    shuffle: bool = True,
+    shuffle_buffer: int = 20000,
+    overlong: str = "truncate",
+    seed: int | None = None,
+    cache: bool = True,
+) -> tf.data.Dataset:
+    """Batches of `((context, target_in), target_out)`, int64, padded with 0.
+
+    Each pair is tokenized (START/END added); `target_in` is the target
+    without its last token, `target_out` without its first. Sequences over
+    `max_tokens` are cut to `max_tokens` (`overlong="truncate"`, the
+    tutorial's choice) or the pair is dropped (`overlong="drop"`).
+
+    Pairs are grouped into buckets by length (`bucket_boundaries`), and each
+    batch is padded to its bucket's length, so a batch holds sentences of
+    similar length and the train step sees only a handful of shapes.
+
+    Args:
+        batch_size: pairs per batch, when `batch_tokens` is None.
+        batch_tokens: token budget per batch instead: a bucket of padded
+            length L gets `batch_tokens // L` pairs a batch.
+        shuffle: reshuffle the pairs every epoch.
+        cache: keep the tokenized pairs in memory (tokenize once).
+    """
+    if overlong not in ("truncate", "drop"):
+        raise ValueError(f"overlong must be 'truncate' or 'drop'. Received: {overlong!r}")
+    if max_tokens < 2:
+        raise ValueError(f"max_tokens must be at least 2. Received: max_tokens={max_tokens}")
+    ds = tokenize_pairs(pairs, source_tokenizer, target_tokenizer)
+    if overlong == "drop":
+        # target keeps one more token: target_in and target_out are each one shorter.
+        ds = ds.filter(
+            lambda s, t: tf.logical_and(tf.size(s) <= max_tokens, tf.size(t) <= max_tokens + 1)
+        )
+    ds = ds.map(
+        lambda s, t: ((s[:max_tokens], t[: max_tokens + 1][:-1]), t[: max_tokens + 1][1:]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    if cache:
+        ds = ds.cache()
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+
+    lengths = bucket_boundaries(max_tokens)
+    if batch_tokens is not None:
+        sizes = [max(1, batch_tokens // length) for length in lengths]
+    else:
+        sizes = [batch_size] * len(lengths)
+    ds = ds.bucket_by_sequence_length(
+        element_length_func=lambda inputs, out: tf.maximum(tf.size(inputs[0]), tf.size(out)),
+        # A bucket holds lengths in [boundary[i-1], boundary[i]) and its batches
+        # are padded to boundary[i] - 1 (context and target alike): boundaries
+        # are the padded lengths plus one, and every pair fits the last one.
+        bucket_boundaries=[length + 1 for length in lengths],
+        bucket_batch_sizes=sizes + [sizes[-1]],
+        padded_shapes=(([None], [None]), [None]),
+        pad_to_bucket_boundary=True,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def count_target_tokens(batches: tf.data.Dataset) -> int:
+    """Real (non-padding) target tokens in one pass over `batches`."""
+    total = 0
+    for _, target_out in batches:
+        total += int(tf.math.count_nonzero(target_out))
+    return total
+
+
+def split_pairs(pairs: Sequence[Pair], fraction: float, seed: int = 0) -> tuple[list, list]:
+    """(train, validation) split of `pairs`, `fraction` of them held out, deterministic."""
+    pairs = list(pairs)
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    held = max(1, int(round(len(pairs) * fraction)))
+    if held >= len(pairs):
+        raise ValueError(f"Cannot hold out {fraction:.0%} of only {len(pairs)} pairs.")
+    val = [pairs[i] for i in sorted(order[:held])]
+    train = [pairs[i] for i in sorted(order[held:])]
+    return train, val
+
+
+def texts(pairs: Iterable[Pair], side: int) -> list[str]:
+    return [pair[side] for pair in pairs]

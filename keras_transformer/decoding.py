@@ -1,0 +1,371 @@
+"""In-graph search over the decoder's key/value cache: greedy, beam search, sampling.
+
+Every search here runs as one `tf.while_loop`, batched, with each row stopping
+at its own [END]. The source is encoded once; cross-attention keys/values are
+projected once per source (`Decoder.init_cache`); each step feeds only the
+newest token through `Decoder.decode_step`, which writes its keys/values into
+a fixed-size self-attention cache (static shapes, no shape invariants needed).
+
+Only TensorFlow ops are used (no XLA-only ops), so the searches can be
+exported in a SavedModel that the stock TF Serving model server runs.
+
+All results are `DecodeResult`s: generated ids after [START] (with the [END]
+that closed a row, padded with 0 after it), the number of generated tokens
+(the [END] counted), and the log-probability of those tokens under the model.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+PAD_ID, START_ID, END_ID = 0, 2, 3
+
+_NEG_INF = float("-inf")
+
+
+class DecodeResult(NamedTuple):
+    """Output of a search.
+
+    tokens: int64 `(batch, max_length)`, the generated ids after [START]; a row
+        ends with [END] (unless it hit `max_length`) and is 0-padded after it.
+    lengths: int32 `(batch,)`, generated tokens per row, [END] included.
+    scores: float32 `(batch,)`, the sum of the log-probabilities of the
+        generated tokens under the model (temperature 1, no filtering).
+    logits: float32 `(batch, steps, vocab)` of the steps run, if asked
+        (greedy and sampling only), else None.
+    """
+
+    tokens: tf.Tensor
+    lengths: tf.Tensor
+    scores: tf.Tensor
+    logits: tf.Tensor | None = None
+
+
+def decode_length(model, max_length: int | None) -> int:
+    """The number of decoding steps: `max_length`, at most what the model's positions allow."""
+    limit = int(model.max_length)
+    if max_length is None:
+        return limit
+    if int(max_length) <= 0:
+        raise ValueError(f"`max_length` must be a positive integer. Received: {max_length!r}")
+    return min(int(max_length), limit)
+
+
+def length_penalty(length, alpha: float):
+    """GNMT length penalty (Wu et al., 2016): ((5 + length) / 6) ** alpha."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _write_column(buffer, column, values):
+    """`buffer` (batch, width) with `values` (batch,) added at `column` (which holds 0)."""
+    one_hot = tf.one_hot(column, tf.shape(buffer)[-1], dtype=buffer.dtype)
+    return buffer + values[..., None] * one_hot
+
+
+def _start_buffer(batch_shape, length: int):
+    """int64 `batch_shape + (length + 1,)`: [START] then zeros."""
+    start = tf.fill(tf.concat([batch_shape, [1]], 0), tf.constant(START_ID, tf.int64))
+    rest = tf.zeros(tf.concat([batch_shape, [length]], 0), tf.int64)
+    return tf.concat([start, rest], axis=-1)
+
+
+def _token_search(
+    model,
+    context_ids,
+    max_length,
+    choose,
+    stop_at_end: bool,
+    use_cache: bool,
+    return_logits: bool,
+) -> DecodeResult:
+    """One token per row per step, chosen by `choose(logits, step) -> int64 ids`."""
+    context_ids = tf.convert_to_tensor(context_ids)
+    steps = decode_length(model, max_length)
+    batch = tf.shape(context_ids)[0]
+    vocab = model.target_vocab_size
+    buffer = _start_buffer([batch], steps)  # (batch, steps + 1)
+    if use_cache:
+        context, context_mask = model.encode(context_ids, training=False)
+        cache = model.decoder.init_cache(context, steps)
+    else:
+        context_mask, cache = None, ()
+
+    def next_logits(i, buffer, cache):
+        if use_cache:
+            features, cache = model.decoder.decode_step(
+                buffer[:, i : i + 1], cache, i, context_mask
+            )
+            return model.project(features)[:, 0, :], cache
+        # The tutorial's way, kept as the reference and the benchmark's
+        # baseline: re-run the encoder and the decoder over the whole prefix.
+        logits = model((context_ids, buffer[:, : i + 1]), training=False)
+        return logits[:, -1, :], cache
+
+    def cond(i, buffer, cache, done, scores, lengths, logits_array):
+        return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
+
+    def body(i, buffer, cache, done, scores, lengths, logits_array):
+        logits, cache = next_logits(i, buffer, cache)
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        ids = tf.where(done, tf.constant(PAD_ID, tf.int64), choose(logits, i))
+        token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
+        scores += tf.where(done, 0.0, token_log_prob)
+        lengths += tf.cast(tf.logical_not(done), tf.int32)
+        buffer = _write_column(buffer, i + 1, ids)
+        if stop_at_end:
+            done = tf.logical_or(done, tf.equal(ids, END_ID))
+        if return_logits:
+            logits_array = logits_array.write(i, logits)
+        return i + 1, buffer, cache, done, scores, lengths, logits_array
+
+    logits_array = tf.TensorArray(
+        tf.float32, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, vocab])
+    )
+    _, buffer, _, _, scores, lengths, logits_array = tf.while_loop(
+        cond,
+        body,
+        (
+            tf.constant(0),
+            buffer,
+            cache,
+            tf.zeros([batch], tf.bool),
+            tf.zeros([batch], tf.float32),
+            tf.zeros([batch], tf.int32),
+            logits_array,
+        ),
+    )
+    logits = tf.transpose(logits_array.stack(), [1, 0, 2]) if return_logits else None
+    return DecodeResult(buffer[:, 1:], lengths, scores, logits)
+
+
+def greedy_search(
+    model,
+    context_ids,
+    max_length: int | None = None,
+    stop_at_end: bool = True,
+    use_cache: bool = True,
+    return_logits: bool = False,
+) -> DecodeResult:
+    """Greedy decoding: the most likely token at every step.
+
+    Args:
+        model: a built `Transformer`.
+        context_ids: int `(batch, source_length)` source ids, 0-padded.
+        max_length: most tokens to generate (capped by the model's max_length).
+        stop_at_end: stop a row at its [END]. False decodes exactly
+            `max_length` steps (benchmarks).
+        use_cache: False re-runs the encoder and the whole decoder prefix at
+            every step (the tutorial's way); the result is the same.
+        return_logits: also return each step's logits.
+    """
+    return _token_search(
+        model,
+        context_ids,
+        max_length,
+        lambda logits, step: tf.argmax(logits, axis=-1, output_type=tf.int64),
+        stop_at_end,
+        use_cache,
+        return_logits,
+    )
+
+
+def filter_logits(logits, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
+    """Logits for sampling: divided by `temperature`, then the top-k / top-p (nucleus) cut.
+
+    Tokens outside the top `top_k` logits, or outside the smallest set whose
+    probability reaches `top_p`, get -inf. `top_k=0` and `top_p=1` keep all.
+    """
+    if temperature <= 0:
+        raise ValueError(f"`temperature` must be positive. Received: temperature={temperature}")
+    if top_k < 0:
+        raise ValueError(f"`top_k` must be >= 0. Received: top_k={top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p}")
+    logits = logits / temperature
+    neg_inf = tf.constant(_NEG_INF, logits.dtype)
+    if top_k:
+        k = tf.minimum(top_k, tf.shape(logits)[-1])
+        kth = tf.math.top_k(logits, k=k).values[:, -1:]
+        logits = tf.where(logits < kth, neg_inf, logits)
+    if top_p < 1.0:
+        sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")
+        # Probability mass strictly before each token: the top token is always kept.
+        mass_before = tf.cumsum(tf.nn.softmax(sorted_logits, axis=-1), axis=-1, exclusive=True)
+        kept = tf.where(mass_before < top_p, sorted_logits, tf.constant(float("inf")))
+        threshold = tf.reduce_min(kept, axis=-1, keepdims=True)
+        logits = tf.where(logits < threshold, neg_inf, logits)
+    return logits
+
+
+def sample(
+    model,
+    context_ids,
+    max_length: int | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stop_at_end: bool = True,
+    return_logits: bool = False,
+) -> DecodeResult:
+    """Sampling with temperature, top-k and top-p; the same `seed` gives the same output.
+
+    Scores are log-probabilities under the unfiltered model distribution.
+    """
+    filter_logits(tf.zeros([1, 2]), temperature, top_k, top_p)  # checks the arguments now
+    if seed is None:
+        seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
+    seed = tf.cast(seed, tf.int64)
+
+    def choose(logits, step):
+        filtered = filter_logits(logits, temperature, top_k, top_p)
+        step_seed = tf.stack([seed, tf.cast(step, tf.int64)])
+        drawn = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int64)
+        return drawn[:, 0]
+
+    return _token_search(model, context_ids, max_length, choose, stop_at_end, True, return_logits)
+
+
+def beam_search(
+    model,
+    context_ids,
+    beam_width=4,
+    max_length: int | None = None,
+    length_penalty_alpha: float = 0.6,
+    stop_at_end: bool = True,
+    use_cache: bool = True,
+) -> DecodeResult:
+    """Beam search with the GNMT length penalty; returns the best hypothesis per row.
+
+    Hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha
+    (alpha 0: plain log-probability). Each step keeps the `beam_width` best
+    unfinished hypotheses; one that emits [END] joins the row's finished list.
+    A row stops when no unfinished hypothesis can still beat its best finished
+    one. The returned `scores` are plain log-probabilities.
+
+    Args:
+        model: a built `Transformer`.
+        context_ids: int `(batch, source_length)`.
+        beam_width: int or int32 scalar tensor (it may vary between calls of
+            one traced function).
+        max_length: most tokens to generate.
+        length_penalty_alpha: float. 0 disables the penalty.
+        stop_at_end: False treats [END] as an ordinary token and decodes
+            exactly `max_length` steps (benchmarks).
+        use_cache: False re-runs the encoder and the whole decoder prefix at
+            every step (the tutorial's way, for benchmarks); same result.
+    """
+    if isinstance(beam_width, int) and beam_width <= 0:
+        raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
+    context_ids = tf.convert_to_tensor(context_ids)
+    steps = decode_length(model, max_length)
+    width = tf.cast(beam_width, tf.int32)
+    vocab = model.target_vocab_size
+    batch = tf.shape(context_ids)[0]
+    context, context_mask = model.encode(context_ids, training=False)
+    # Beams of one row sit next to each other: row b, beam k is b * width + k.
+    repeated_ids = tf.repeat(context_ids, width, axis=0)
+    context = tf.repeat(context, width, axis=0)
+    context_mask = tf.repeat(context_mask, width, axis=0)
+    cache = model.decoder.init_cache(context, steps)
+    max_penalty = length_penalty(steps, length_penalty_alpha)
+
+    alive_seq = _start_buffer([batch, width], steps)  # (batch, width, steps + 1)
+    # Only beam 0 is live at first, so the first step does not pick one token `width` times.
+    first = tf.where(tf.range(width) == 0, 0.0, _NEG_INF)
+    alive_log_prob = tf.tile(first[None, :], [batch, 1])
+    finished_seq = tf.zeros_like(alive_seq)
+    finished_score = tf.fill([batch, width], _NEG_INF)
+    finished_log_prob = tf.zeros([batch, width])
+    finished_length = tf.zeros([batch, width], tf.int32)
+
+    def done_rows(alive_log_prob, finished_score):
+        # The best an unfinished hypothesis can reach: its log-probability can
+        # only fall, and the penalty grows at most to its value at max length.
+        best_alive = alive_log_prob[:, 0] / max_penalty
+        return finished_score[:, 0] >= best_alive
+
+    def cond(i, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length):
+        all_done = tf.reduce_all(done_rows(alive_log_prob, f_score))
+        return tf.logical_and(i < steps, tf.logical_not(all_done))
+
+    def body(i, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length):
+        if use_cache:
+            tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])
+            features, cache = model.decoder.decode_step(tokens, cache, i, context_mask)
+            logits = model.project(features)[:, 0, :]
+        else:
+            prefix = tf.reshape(alive_seq[:, :, : i + 1], [batch * width, i + 1])
+            logits = model((repeated_ids, prefix), training=False)[:, -1, :]
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        candidates = alive_log_prob[:, :, None] + tf.reshape(log_probs, [batch, width, vocab])
+        candidates = tf.reshape(candidates, [batch, width * vocab])
+        # 2 * width candidates leave `width` unfinished ones even if `width` end here.
+        top_log_prob, top_index = tf.math.top_k(candidates, k=tf.minimum(2 * width, width * vocab))
+        source_beam = top_index // vocab
+        token = tf.cast(top_index % vocab, tf.int64)
+        seqs = tf.gather(alive_seq, source_beam, batch_dims=1)
+        seqs = _write_column(seqs, i + 1, token)
+        ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
+
+        alive_candidates = tf.where(ends, _NEG_INF, top_log_prob)
+        alive_log_prob, pick = tf.math.top_k(alive_candidates, k=width)
+        alive_seq = tf.gather(seqs, pick, batch_dims=1)
+        parent = tf.gather(source_beam, pick, batch_dims=1)  # (batch, width)
+        rows = tf.reshape(parent + tf.range(batch)[:, None] * width, [-1])
+        # Cross-attention keys/values are the same for all beams of a row.
+        cache = {
+            "self": tf.nest.map_structure(lambda t: tf.gather(t, rows), cache["self"]),
+            "cross": cache["cross"],
+        }
+
+        length = i + 1
+        end_score = tf.where(
+            ends, top_log_prob / length_penalty(length, length_penalty_alpha), _NEG_INF
+        )
+        all_score = tf.concat([f_score, end_score], axis=1)
+        f_score, pick = tf.math.top_k(all_score, k=width)
+        f_seq = tf.gather(tf.concat([f_seq, seqs], axis=1), pick, batch_dims=1)
+        f_log_prob = tf.gather(tf.concat([f_log_prob, top_log_prob], axis=1), pick, batch_dims=1)
+        lengths = tf.concat([f_length, tf.fill(tf.shape(end_score), length)], axis=1)
+        f_length = tf.gather(lengths, pick, batch_dims=1)
+        return i + 1, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length
+
+    loop_vars = (
+        tf.constant(0),
+        alive_seq,
+        alive_log_prob,
+        cache,
+        finished_seq,
+        finished_score,
+        finished_log_prob,
+        finished_length,
+    )
+    # The beam axis is dynamic when `beam_width` is a tensor.
+    invariants = tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), loop_vars)
+    invariants = (tf.TensorShape([]),) + invariants[1:]
+    invariants = (
+        invariants[:3]
+        + (tf.nest.map_structure(lambda t: _free_leading_dims(t, 1), cache),)
+        + invariants[4:]
+    )
+    i, alive_seq, alive_log_prob, _, f_seq, f_score, f_log_prob, f_length = tf.while_loop(
+        cond, body, loop_vars, shape_invariants=invariants
+    )
+    # A row whose hypotheses all ran to max length has no finished one: take
+    # the best unfinished hypothesis when it ranks above the best finished one.
+    alive_score = alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)
+    use_alive = alive_score > f_score[:, 0]
+    tokens = tf.where(use_alive[:, None], alive_seq[:, 0, 1:], f_seq[:, 0, 1:])
+    lengths = tf.where(use_alive, i, f_length[:, 0])
+    scores = tf.where(use_alive, alive_log_prob[:, 0], f_log_prob[:, 0])
+    return DecodeResult(tokens, lengths, scores)
+
+
+def _free_leading_dims(tensor, count: int) -> tf.TensorShape:
+    shape = tensor.shape
+    if shape.rank is None or shape.rank < count:
+        return shape
+    return tf.TensorShape([None] * count + shape.as_list()[count:])

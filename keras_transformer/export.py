@@ -1,0 +1,167 @@
+"""SavedModel export in the TF Serving layout: `<export_root>/<name>/<version>/`.
+
+The SavedModel holds the tokenizers, the weights and the decoding loops, and
+needs nothing but TensorFlow and tensorflow-text to run:
+
+    serving_default: text (string, [None]) -> translation (string, [None]),
+                     score (float32, [None])            greedy decoding
+    beam_search:     same input and outputs             beam search, the exported width
+
+Loaded with `tf.saved_model.load`, it also offers `translate(text)` and
+`translate_beam(text, beam_width)` (any width) with token ids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.translator import TEXT_SPEC, Translator
+
+DEFAULT_EXPORT_ROOT = "saved_models"
+SIGNATURE_OUTPUTS = ("translation", "score")
+
+
+def next_version(model_dir: str | os.PathLike) -> int:
+    """One more than the largest integer version directory under `model_dir` (1 if none)."""
+    model_dir = Path(model_dir)
+    versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def latest_version_dir(path: str | os.PathLike) -> Path:
+    """`path` itself if it is a SavedModel, else its highest integer version directory."""
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return path
+    versions = sorted(
+        int(p.name) for p in path.glob("*") if p.name.isdigit() and (p / "saved_model.pb").is_file()
+    )
+    if not versions:
+        raise FileNotFoundError(
+            f"No SavedModel at {path}: expected {path}/saved_model.pb or {path}/<version>/"
+        )
+    return path / str(versions[-1])
+
+
+def _signatures(translator: Translator) -> dict:
+    def select(outputs):
+        return {key: outputs[key] for key in SIGNATURE_OUTPUTS}
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def serving_default(text):
+        return select(translator.translate(text))
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def beam_search(text):
+        return select(translator.translate_beam(text, tf.constant(translator.beam_width)))
+
+    return {"serving_default": serving_default, "beam_search": beam_search}
+
+
+def export_translator(
+    translator_or_model,
+    export_root: str | os.PathLike = DEFAULT_EXPORT_ROOT,
+    name: str = "translator",
+    version: int | None = None,
+    source_tokenizer=None,
+    target_tokenizer=None,
+    **translator_kwargs,
+) -> Path:
+    """Writes a SavedModel to `export_root/name/version/` and returns that path.
+
+    Args:
+        translator_or_model: a `Translator`, or a `Transformer` with
+            `source_tokenizer` and `target_tokenizer`.
+        export_root: directory of TF Serving models. Defaults to "saved_models".
+        name: the model name TF Serving serves it under.
+        version: integer version; defaults to the next free one. An existing
+            version is never overwritten.
+        **translator_kwargs: `Translator` arguments (max_length, beam_width,
+            length_penalty_alpha) when a model is given.
+    """
+    if isinstance(translator_or_model, Translator):
+        if source_tokenizer or target_tokenizer or translator_kwargs:
+            raise ValueError("Give tokenizers and translator arguments only with a model.")
+        translator = translator_or_model
+    else:
+        if source_tokenizer is None or target_tokenizer is None:
+            raise ValueError(
+                "Exporting a model needs its `source_tokenizer` and `target_tokenizer`."
+            )
+        translator = Translator(
+            translator_or_model, source_tokenizer, target_tokenizer, **translator_kwargs
+        )
+    if not name or os.sep in name or name in (".", ".."):
+        raise ValueError(f"`name` must be a plain directory name. Received: name={name!r}")
+    model_dir = Path(export_root) / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    version = next_version(model_dir) if version is None else int(version)
+    if version <= 0:
+        raise ValueError(f"`version` must be a positive integer. Received: version={version}")
+    target = model_dir / str(version)
+    if target.exists():
+        raise FileExistsError(f"{target} exists; pick another version or leave it unset.")
+    # Write beside the target and rename: TF Serving polls the directory and
+    # must never see a half-written version.
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=model_dir))
+    try:
+        tf.saved_model.save(translator, str(staging), signatures=_signatures(translator))
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def export_run(
+    run_dir: str | os.PathLike,
+    export_root: str | os.PathLike = DEFAULT_EXPORT_ROOT,
+    name: str | None = None,
+    version: int | None = None,
+    **translator_kwargs,
+) -> Path:
+    """Exports the best checkpoint of a training run directory (see `run_dir.py`)."""
+    from keras_transformer.run_dir import load_run
+
+    model, source_tokenizer, target_tokenizer, _ = load_run(run_dir)
+    return export_translator(
+        model,
+        export_root,
+        name or Path(run_dir).resolve().name,
+        version,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        **translator_kwargs,
+    )
+
+
+def load_translator(path: str | os.PathLike):
+    """The exported SavedModel at `path` (a version directory or a model directory)."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    return tf.saved_model.load(str(latest_version_dir(path)))
+
+
+def translate_texts(
+    saved_model,
+    texts: list[str | bytes],
+    beam_width: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[str, float]]:
+    """(translation, score) per text with a loaded SavedModel, `batch_size` rows per call."""
+    results: list[tuple[str, float]] = []
+    for start in range(0, len(texts), batch_size):
+        text = tf.constant(texts[start : start + batch_size], tf.string)
+        if beam_width is None:
+            outputs = saved_model.signatures["serving_default"](text=text)
+        else:
+            outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
+        results.extend(
+            (t.decode("utf-8", errors="replace"), float(s))
+            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy(), strict=True)
+        )
+    return results

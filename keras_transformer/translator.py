@@ -1,0 +1,225 @@
+"""Translator(tf.Module): strings in, strings out, with the tokenizers inside.
+
+Its traced functions (`translate`, `translate_beam`) hold the whole pipeline
+in one graph: normalization and WordPiece tokenization (tensorflow-text), the
+source truncated to the model's max length, cached in-graph decoding, and
+detokenization. That is what `export.py` writes into a SavedModel.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.tokenizers import END_ID, START_ID
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
+
+# Most generated tokens by default: the tutorial's MAX_TOKENS, and far beyond
+# a sentence; the model's own max_length caps it.
+DEFAULT_MAX_LENGTH = 128
+
+
+class Translator(tf.Module):
+    """Translates batches of strings with a trained `Transformer`.
+
+    Every input row gets an answer: empty or whitespace-only strings decode
+    from an empty source ([START] [END]), undecodable bytes are replaced by
+    U+FFFD, and sources longer than the model's `max_length` are truncated
+    (their [END] kept). A batch of zero rows gives zero rows.
+
+    Args:
+        model: a built `Transformer`.
+        source_tokenizer, target_tokenizer: `Tokenizer`s of the training run.
+        max_length: most generated tokens per row. Defaults to
+            min(128, model.max_length).
+        beam_width: int. Width of `beam_search`. Defaults to 4.
+        length_penalty_alpha: float. GNMT length penalty of beam search.
+            Defaults to 0.6.
+        stop_at_end: bool. False always decodes `max_length` tokens
+            (benchmarks). Defaults to True.
+        use_cache: bool. False re-runs the encoder and the whole decoder
+            prefix at every step, the tutorial's way (benchmarks only).
+            Defaults to True.
+
+    Example:
+    >>> translator = Translator(model, source_tokenizer, target_tokenizer)
+    >>> translator(["este é um problema que temos que resolver."])["translation"]
+    """
+
+    def __init__(
+        self,
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        max_length: int | None = None,
+        beam_width: int = 4,
+        length_penalty_alpha: float = 0.6,
+        stop_at_end: bool = True,
+        use_cache: bool = True,
+        name: str | None = "translator",
+    ):
+        super().__init__(name=name)
+        if beam_width <= 0:
+            raise ValueError(f"`beam_width` must be positive. Received: beam_width={beam_width}")
+        # The Keras model is kept out of the tracked object graph (its
+        # default save signature would trace it with float inputs); its
+        # variables are tracked instead, which is all the traced functions use.
+        self._keras = types.SimpleNamespace(model=model)
+        self.model_variables = [_tf_variable(v) for v in model.variables]
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_source_length = int(model.max_length)
+        self.max_length = decoding.decode_length(
+            model, max_length or min(DEFAULT_MAX_LENGTH, int(model.max_length))
+        )
+        self.beam_width = int(beam_width)
+        self.length_penalty_alpha = float(length_penalty_alpha)
+        self.stop_at_end = bool(stop_at_end)
+        self.use_cache = bool(use_cache)
+
+    @property
+    def model(self):
+        return self._keras.model
+
+    # -- graph pieces --------------------------------------------------------
+
+    def source_ids(self, text):
+        """`(batch,)` strings -> int64 `(batch, length)` ids, truncated to max length."""
+        tokens = self.source_tokenizer.tokenize(text)
+        # Keep [START] and [END]; cut the words between them.
+        words = tokens[:, 1:-1][:, : self.max_source_length - 2]
+        batch = tf.shape(text, out_type=tf.int64)[:1]
+        start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
+        end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
+        ids = tf.concat([start, words, end], axis=1).to_tensor()
+        # A zero-row batch has no columns; give it the two every row has.
+        return tf.reshape(ids, [-1, tf.maximum(tf.shape(ids)[1], 2)])
+
+    def _outputs(self, context_ids, result: decoding.DecodeResult) -> dict[str, tf.Tensor]:
+        ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
+        return {
+            "translation": self.target_tokenizer.detokenize(ragged),
+            "score": result.scores,
+            "tokens": result.tokens,
+            "lengths": result.lengths,
+            "context_ids": context_ids,
+        }
+
+    @tf.function(input_signature=[TEXT_SPEC])
+    def translate(self, text):
+        """Greedy translation: dict of translation, score (log-prob), tokens, lengths."""
+        context_ids = self.source_ids(text)
+        result = decoding.greedy_search(
+            self.model,
+            context_ids,
+            self.max_length,
+            stop_at_end=self.stop_at_end,
+            use_cache=self.use_cache,
+        )
+        return self._outputs(context_ids, result)
+
+    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC])
+    def translate_beam(self, text, beam_width):
+        """Beam-search translation with any `beam_width`; same outputs as `translate`."""
+        context_ids = self.source_ids(text)
+        result = decoding.beam_search(
+            self.model,
+            context_ids,
+            beam_width,
+            self.max_length,
+            self.length_penalty_alpha,
+            stop_at_end=self.stop_at_end,
+            use_cache=self.use_cache,
+        )
+        return self._outputs(context_ids, result)
+
+    # -- eager convenience ---------------------------------------------------
+
+    def __call__(
+        self,
+        texts,
+        method: str = "greedy",
+        beam_width: int | None = None,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        return_attention: bool = False,
+    ) -> dict[str, Any]:
+        """Translates `texts` (a string or a list of strings).
+
+        Args:
+            method: "greedy", "beam" or "sample".
+            beam_width: beam width for "beam". Defaults to the translator's.
+            temperature, top_k, top_p, seed: for "sample".
+            return_attention: also return the last decoder layer's
+                cross-attention weights `(batch, heads, target, source)`
+                with the token strings, for `plotting`.
+
+        Returns:
+            dict with "translation" (bytes strings), "score", "tokens",
+            "lengths", "context_ids"; with attention also "attention",
+            "source_tokens" and "target_tokens" (ragged token strings).
+        """
+        if isinstance(texts, (str, bytes)):
+            texts = [texts]
+        text = tf.constant(list(texts), tf.string, shape=[len(texts)])
+        if method == "greedy":
+            outputs = self.translate(text)
+        elif method == "beam":
+            width = self.beam_width if beam_width is None else beam_width
+            if width <= 0:
+                raise ValueError(f"`beam_width` must be positive. Received: beam_width={width}")
+            outputs = self.translate_beam(text, tf.constant(width, tf.int32))
+        elif method == "sample":
+            outputs = self._sample(text, temperature, top_k, top_p, seed)
+        else:
+            raise ValueError(
+                f"`method` must be 'greedy', 'beam' or 'sample'. Received: method={method!r}"
+            )
+        if return_attention:
+            outputs.update(self.attention(outputs["context_ids"], outputs["tokens"]))
+        return outputs
+
+    def _sample(self, text, temperature, top_k, top_p, seed):
+        @tf.function
+        def run(text):
+            context_ids = self.source_ids(text)
+            result = decoding.sample(
+                self.model, context_ids, self.max_length, temperature, top_k, top_p, seed
+            )
+            return self._outputs(context_ids, result)
+
+        return run(text)
+
+    def attention(self, context_ids, tokens) -> dict[str, Any]:
+        """Cross-attention weights of the last decoder layer for decoded `tokens`.
+
+        One teacher-forced pass over [START] + tokens (without the last one)
+        reproduces the attention of every decoding step.
+        """
+        batch = tf.shape(tokens)[0]
+        start = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))
+        target_in = tf.concat([start, tokens[:, :-1]], axis=1)
+        _, scores = self.model((context_ids, target_in), return_attention_scores=True)
+        source_tokens = self.source_tokenizer.lookup(
+            tf.RaggedTensor.from_tensor(context_ids, padding=0)
+        )
+        target_tokens = self.target_tokenizer.lookup(tf.RaggedTensor.from_tensor(tokens, padding=0))
+        return {
+            "attention": scores[-1],
+            "source_tokens": source_tokens,
+            "target_tokens": target_tokens,
+        }
+
+
+def _tf_variable(variable):
+    """The `tf.Variable` behind a Keras variable (the object a SavedModel tracks)."""
+    return (
+        getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+    )

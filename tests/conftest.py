@@ -1,0 +1,95 @@
+"""Shared fixtures.
+
+Tokenizers learned from a slice of the built-in corpus, and a tiny Transformer
+trained in seconds on a number-words -> digits task.
+
+"three one four" -> "3 1 4": the model must learn a per-token mapping and
+where to stop, which is enough to make the decoding tests meaningful (a
+random model would not end its rows or rank beams sensibly).
+"""
+
+from __future__ import annotations
+
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer, data, run_dir
+from keras_transformer.tokenizers import RESERVED_TOKENS, Tokenizer, learn_vocabulary
+
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+DIGITS = [str(d) for d in range(10)]
+TINY_MODEL_CONFIG = dict(
+    num_layers=2, d_model=32, num_heads=4, dff=64, dropout_rate=0.0, max_length=24
+)
+
+
+def _number_sentences(rng: np.random.Generator, count: int) -> tuple[list[str], list[str]]:
+    sources, targets = [], []
+    for _ in range(count):
+        digits = rng.integers(0, 10, size=rng.integers(1, 8))
+        sources.append(" ".join(NUMBER_WORDS[d] for d in digits))
+        targets.append(" ".join(DIGITS[d] for d in digits))
+    return sources, targets
+
+
+@pytest.fixture(scope="session")
+def tiny_translation_model():
+    """(model, source_tokenizer, target_tokenizer, sentences): trained number-words -> digits."""
+    keras.utils.set_random_seed(0)
+    source_tokenizer = Tokenizer(RESERVED_TOKENS + NUMBER_WORDS, name="source_tokenizer")
+    target_tokenizer = Tokenizer(RESERVED_TOKENS + DIGITS, name="target_tokenizer")
+    sources, targets = _number_sentences(np.random.default_rng(0), 1536)
+    context = source_tokenizer.tokenize(tf.constant(sources)).to_tensor()
+    target = target_tokenizer.tokenize(tf.constant(targets)).to_tensor()
+    model = Transformer(
+        input_vocab_size=source_tokenizer.vocab_size,
+        target_vocab_size=target_tokenizer.vocab_size,
+        **TINY_MODEL_CONFIG,
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(5e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+    )
+    model.fit((context, target[:, :-1]), target[:, 1:], batch_size=64, epochs=6, verbose=0)
+    test_sources, _ = _number_sentences(np.random.default_rng(1), 16)
+    return types.SimpleNamespace(
+        model=model,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        sentences=test_sources,
+        config=TINY_MODEL_CONFIG,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tiny_translation_model, tmp_path_factory):
+    """A run directory (config.json, vocabularies, checkpoints/best.keras) of the tiny model."""
+    tiny = tiny_translation_model
+    path = tmp_path_factory.mktemp("tiny_run")
+    model_config = dict(
+        TINY_MODEL_CONFIG,
+        input_vocab_size=tiny.source_tokenizer.vocab_size,
+        target_vocab_size=tiny.target_tokenizer.vocab_size,
+    )
+    run_dir.write_config(path, {"model": model_config, "tokenizer": {"lower_case": True}})
+    tiny.source_tokenizer.save_vocabulary(path / run_dir.SOURCE_VOCAB_FILE)
+    tiny.target_tokenizer.save_vocabulary(path / run_dir.TARGET_VOCAB_FILE)
+    (path / run_dir.CHECKPOINT_DIR).mkdir()
+    tiny.model.save(path / run_dir.BEST_CHECKPOINT)
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_pairs():
+    return data.demo_corpus(num_pairs=600, seed=1)
+
+
+@pytest.fixture(scope="session")
+def demo_tokenizers(demo_pairs):
+    source = learn_vocabulary(data.texts(demo_pairs, 0), vocab_size=300, lower_thresh=1)
+    target = learn_vocabulary(data.texts(demo_pairs, 1), vocab_size=300, lower_thresh=1)
+    return Tokenizer(source), Tokenizer(target)

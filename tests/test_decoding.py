@@ -1,0 +1,153 @@
+"""Cached in-graph search against the uncached computation and against each other."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoding
+
+MAX_LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_translation_model):
+    tiny = tiny_translation_model
+    tiny.context_ids = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences)).to_tensor()
+    return tiny
+
+
+def _live(result):
+    """(batch, steps) True at the steps a row actually generated."""
+    steps = result.logits.shape[1]
+    return np.arange(steps)[None, :] < result.lengths.numpy()[:, None]
+
+
+def test_cached_greedy_equals_uncached(tiny):
+    cached = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
+    uncached = decoding.greedy_search(
+        tiny.model, tiny.context_ids, MAX_LENGTH, use_cache=False, return_logits=True
+    )
+    # The trained model ends its rows: the comparison covers per-row stopping.
+    assert np.all(cached.lengths.numpy() < MAX_LENGTH)
+    np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_array_equal(cached.lengths.numpy(), uncached.lengths.numpy())
+    live = _live(cached)
+    np.testing.assert_allclose(
+        cached.logits.numpy()[live], uncached.logits.numpy()[live], atol=1e-4
+    )
+
+
+def test_cached_equals_uncached_without_end(tiny):
+    """All max_length steps, well past [END]: the cache positions stay right."""
+    cached = decoding.greedy_search(
+        tiny.model, tiny.context_ids, MAX_LENGTH, stop_at_end=False, return_logits=True
+    )
+    uncached = decoding.greedy_search(
+        tiny.model,
+        tiny.context_ids,
+        MAX_LENGTH,
+        stop_at_end=False,
+        use_cache=False,
+        return_logits=True,
+    )
+    assert np.all(cached.lengths.numpy() == MAX_LENGTH)
+    np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_allclose(cached.logits.numpy(), uncached.logits.numpy(), atol=1e-4)
+
+
+def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
+    result = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    tokens = result.tokens.numpy()
+    start = np.full((len(tokens), 1), 2, np.int64)
+    logits = tiny.model((tiny.context_ids, np.concatenate([start, tokens[:, :-1]], 1)))
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+    live = np.arange(tokens.shape[1])[None, :] < result.lengths.numpy()[:, None]
+    expected = np.where(live, picked, 0.0).sum(-1)
+    np.testing.assert_allclose(result.scores.numpy(), expected, atol=1e-4)
+    # Each row ends with its [END], 0 after it.
+    for row, length in zip(tokens, result.lengths.numpy(), strict=True):
+        assert row[length - 1] == decoding.END_ID
+        assert not row[length:].any()
+
+
+def test_beam_width_one_equals_greedy(tiny):
+    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    beam = decoding.beam_search(
+        tiny.model, tiny.context_ids, 1, MAX_LENGTH, length_penalty_alpha=0.0
+    )
+    np.testing.assert_array_equal(beam.tokens.numpy(), greedy.tokens.numpy())
+    np.testing.assert_allclose(beam.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_never_scores_below_greedy(tiny, alpha):
+    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    beam = decoding.beam_search(tiny.model, tiny.context_ids, 4, MAX_LENGTH, alpha)
+
+    def ranked(result):
+        return result.scores.numpy() / decoding.length_penalty(result.lengths, alpha).numpy()
+
+    assert np.all(ranked(beam) >= ranked(greedy) - 1e-5)
+
+
+def test_batch_equals_one_by_one(tiny):
+    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    beam = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
+    for i, sentence in enumerate(tiny.sentences[:6]):
+        ids = tiny.source_tokenizer.tokenize(tf.constant([sentence])).to_tensor()
+        alone = decoding.greedy_search(tiny.model, ids, MAX_LENGTH)
+        np.testing.assert_array_equal(alone.tokens.numpy()[0], greedy.tokens.numpy()[i])
+        np.testing.assert_allclose(alone.scores.numpy()[0], greedy.scores.numpy()[i], atol=1e-4)
+        alone = decoding.beam_search(tiny.model, ids, 3, MAX_LENGTH)
+        np.testing.assert_array_equal(alone.tokens.numpy()[0], beam.tokens.numpy()[i])
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
+    first = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    again = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    np.testing.assert_array_equal(first.tokens.numpy(), again.tokens.numpy())
+    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    top1 = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, top_k=1, seed=3)
+    np.testing.assert_array_equal(top1.tokens.numpy(), greedy.tokens.numpy())
+    # Hot sampling departs from greedy somewhere and scores no better.
+    assert not np.array_equal(first.tokens.numpy(), greedy.tokens.numpy())
+    assert first.scores.numpy().sum() < greedy.scores.numpy().sum()
+
+
+def test_filter_logits_top_k_and_top_p():
+    logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
+    kept = np.isfinite(decoding.filter_logits(logits, top_k=2).numpy())
+    np.testing.assert_array_equal(kept, [[True, True, False, False]])
+    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.7).numpy())
+    np.testing.assert_array_equal(kept, [[True, True, False, False]])
+    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.5).numpy())
+    np.testing.assert_array_equal(kept, [[True, False, False, False]])
+    with pytest.raises(ValueError, match="temperature"):
+        decoding.filter_logits(logits, temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        decoding.filter_logits(logits, top_p=0.0)
+
+
+def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
+    search = tf.function(lambda ids, width: decoding.beam_search(tiny.model, ids, width, 8))
+    eager = decoding.beam_search(tiny.model, tiny.context_ids, 2, 8)
+    np.testing.assert_array_equal(
+        search(tiny.context_ids, tf.constant(2)).tokens.numpy(), eager.tokens.numpy()
+    )
+    assert search(tiny.context_ids[:0], tf.constant(3)).tokens.shape == (0, 8)
+    assert decoding.greedy_search(tiny.model, tiny.context_ids[:0], 8).tokens.shape == (0, 8)
+
+
+def test_bad_arguments(tiny):
+    with pytest.raises(ValueError, match="beam_width"):
+        decoding.beam_search(tiny.model, tiny.context_ids, 0)
+    with pytest.raises(ValueError, match="max_length"):
+        decoding.greedy_search(tiny.model, tiny.context_ids, 0)
+
+
+def test_cached_beam_equals_uncached_beam(tiny):
+    cached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
+    uncached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH, use_cache=False)
+    np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)

@@ -1,0 +1,143 @@
+"""SavedModel export: TF Serving layout, signatures, and a fresh process without the library."""
+
+import io
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_transformer import cli, export
+from keras_transformer.translator import Translator
+
+# Runs in a fresh interpreter where `import keras_transformer` fails.
+FRESH_PROCESS = r"""
+import json, sys
+sys.modules["keras_transformer"] = None
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+try:
+    import keras_transformer  # noqa: F401
+    raise SystemExit("keras_transformer must not be importable here")
+except ImportError:
+    pass
+loaded = tf.saved_model.load(sys.argv[1])
+texts = [t.encode("latin-1") for t in json.load(sys.stdin)]
+result = {}
+for name in ("serving_default", "beam_search"):
+    out = loaded.signatures[name](text=tf.constant(texts, tf.string, shape=[len(texts)]))
+    result[name] = {
+        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
+        "score": out["score"].numpy().tolist(),
+    }
+    empty = loaded.signatures[name](text=tf.constant([], tf.string))
+    result[name]["empty"] = [empty["translation"].shape.as_list(), empty["score"].shape.as_list()]
+json.dump(result, sys.stdout)
+"""
+
+TEXTS = [
+    "three one four",
+    "",
+    "  \t ",
+    " ".join(["eight"] * 300),
+    "one \xff\xfe two",  # sent as these raw bytes: not UTF-8
+    "nine five",
+] + ["two six"] * 506  # 512 rows in all
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_translation_model, tmp_path_factory):
+    tiny = tiny_translation_model
+    translator = Translator(
+        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, beam_width=3
+    )
+    root = tmp_path_factory.mktemp("saved_models")
+    path = export.export_translator(translator, root, "tiny")
+    return translator, root, path
+
+
+def test_tf_serving_layout_and_next_version(exported, tiny_translation_model):
+    _, root, path = exported
+    assert path == root / "tiny" / "1" and (path / "saved_model.pb").is_file()
+    assert export.next_version(root / "tiny") == 2
+    assert export.latest_version_dir(root / "tiny") == path
+    with pytest.raises(FileExistsError):
+        export.export_translator(
+            tiny_translation_model.model,
+            root,
+            "tiny",
+            version=1,
+            source_tokenizer=tiny_translation_model.source_tokenizer,
+            target_tokenizer=tiny_translation_model.target_tokenizer,
+        )
+    with pytest.raises(ValueError, match="tokenizer"):
+        export.export_translator(tiny_translation_model.model, root, "other")
+    # No half-written staging directory is left behind.
+    assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1"]
+
+
+def test_fresh_process_without_the_library_gives_the_same_translations(exported):
+    translator, _, path = exported
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(path)],
+        input=json.dumps(TEXTS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    served = json.loads(run.stdout)
+    raw = [t.encode("latin-1") for t in TEXTS]
+    expected = {
+        "serving_default": translator(raw),
+        "beam_search": translator(raw, method="beam", beam_width=3),
+    }
+    for name, outputs in expected.items():
+        translations = [t.decode("utf-8") for t in outputs["translation"].numpy()]
+        assert served[name]["translation"] == translations, name
+        np.testing.assert_allclose(served[name]["score"], outputs["score"].numpy(), atol=1e-4)
+        assert len(served[name]["score"]) == 512
+        assert served[name]["empty"] == [[0], [0]]
+    assert served["serving_default"]["translation"][0] == "3 1 4"
+
+
+def test_saved_model_cli_lists_the_signatures(exported):
+    _, _, path = exported
+    tool = Path(sys.executable).parent / "saved_model_cli"
+    if not tool.exists():
+        pytest.skip("saved_model_cli is not installed beside this Python")
+    shown = subprocess.run(
+        [str(tool), "show", "--dir", str(path), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    for expected in ("signature_def['serving_default']", "signature_def['beam_search']"):
+        assert expected in shown.stdout
+    assert "inputs['text']" in shown.stdout and "outputs['translation']" in shown.stdout
+    assert "outputs['score']" in shown.stdout and "DT_STRING" in shown.stdout
+
+
+def test_cli_export_from_a_run_dir_and_translate(tiny_run_dir, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "saved_models"
+    (root / "numbers" / "3").mkdir(parents=True)  # an older version: the next one is 4
+    argv = ["export", str(tiny_run_dir), "--name", "numbers", "--export-root", str(root)]
+    assert cli.main(argv + ["--max-length", "16"]) == 0
+    assert (root / "numbers" / "4" / "saved_model.pb").is_file()
+    capsys.readouterr()
+    model = str(root / "numbers")
+    assert cli.main(["translate", "--model", model, "three one four", "", "five"]) == 0
+    assert capsys.readouterr().out.split("\n") == ["3 1 4", "", "5", ""]
+    assert cli.main(["translate", "--model", model, "--beam", "2", "--scores", "nine"]) == 0
+    score, translation = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert translation == "9" and float(score) <= 0
+    # From stdin, in batches, with a line of undecodable bytes.
+    lines = b"three one four\n\n\xff\xfe bad bytes\n" + b"nine five\n" * 5
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(lines)))
+    assert cli.main(["translate", "--model", model, "--batch-size", "3"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == 8 + 1 and out[0] == "3 1 4" and out[3:8] == ["9 5"] * 5

@@ -1,0 +1,97 @@
+"""Translator: strings in, strings out, every row answered."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.translator import Translator
+
+BAD_INPUTS = [
+    "",
+    "   \t ",
+    " ".join(["seven"] * 200),  # far beyond the model's max_length of 24
+    b"one \xff\xfe two",  # not UTF-8
+    "três ☃ nine",  # out of vocabulary
+]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_translation_model):
+    tiny = tiny_translation_model
+    return Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16)
+
+
+def _expected(sentence):
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    return " ".join(str(words.index(w)) for w in sentence.split())
+
+
+def test_translates_the_task(translator, tiny_translation_model):
+    sentences = tiny_translation_model.sentences
+    outputs = translator(sentences)
+    translations = [t.decode() for t in outputs["translation"].numpy()]
+    correct = sum(t == _expected(s) for s, t in zip(sentences, translations, strict=True))
+    assert correct >= 0.75 * len(sentences), translations
+    beam = translator(sentences, method="beam", beam_width=3)
+    assert sum(
+        t.decode() == _expected(s)
+        for s, t in zip(sentences, beam["translation"].numpy(), strict=True)
+    ) >= 0.75 * len(sentences)
+
+
+def test_matches_the_search_on_token_ids(translator, tiny_translation_model):
+    tiny = tiny_translation_model
+    outputs = translator(tiny.sentences)
+    ids = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences)).to_tensor()
+    result = decoding.greedy_search(tiny.model, ids, 16)
+    np.testing.assert_array_equal(outputs["tokens"].numpy(), result.tokens.numpy())
+    np.testing.assert_allclose(outputs["score"].numpy(), result.scores.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_every_bad_row_gets_an_answer_and_spoils_no_other(translator, method):
+    good = ["three one four", "two seven"]
+    alone = translator(good, method=method)
+    mixed = translator(BAD_INPUTS[:2] + good[:1] + BAD_INPUTS[2:] + good[1:], method=method)
+    translations = mixed["translation"].numpy()
+    scores = mixed["score"].numpy()
+    assert translations.shape == scores.shape == (len(BAD_INPUTS) + 2,)
+    assert np.all(np.isfinite(scores)) and np.all(scores <= 0)
+    # The good rows read the same beside bad rows as on their own.
+    assert translations[2] == alone["translation"].numpy()[0]
+    assert translations[-1] == alone["translation"].numpy()[1]
+    np.testing.assert_allclose(scores[[2, -1]], alone["score"].numpy(), atol=1e-4)
+    # The overlong source was cut to the model's max_length, [END] kept.
+    context = mixed["context_ids"].numpy()
+    assert context.shape[1] == translator.max_source_length
+    assert context[3, -1] == decoding.END_ID
+
+
+def test_zero_rows_and_many_rows(translator):
+    empty = translator.translate(tf.constant([], tf.string))
+    assert empty["translation"].shape == (0,) and empty["score"].shape == (0,)
+    many = translator.translate(tf.constant(["one two", "", "nine"] * 171)[:512])
+    assert many["translation"].shape == (512,)
+    assert len(set(many["translation"].numpy()[0::3].tolist())) == 1
+
+
+def test_attention_for_plotting(translator):
+    outputs = translator(["three one four", "five"], return_attention=True)
+    attention = outputs["attention"].numpy()
+    heads = translator.model.num_heads
+    assert attention.shape == (2, heads, 16, outputs["context_ids"].shape[1])
+    np.testing.assert_allclose(attention.sum(-1), 1.0, atol=1e-5)
+    # The short source's padding gets no attention.
+    assert np.all(attention[1, :, :, 3:] == 0.0)
+    assert outputs["target_tokens"][0].numpy().tolist() == [b"3", b"1", b"4", b"[END]"]
+
+
+def test_sampling_and_bad_arguments(translator):
+    first = translator(["three one four"], method="sample", temperature=0.5, seed=1)
+    again = translator(["three one four"], method="sample", temperature=0.5, seed=1)
+    assert first["translation"].numpy() == again["translation"].numpy()
+    with pytest.raises(ValueError, match="method"):
+        translator(["one"], method="nucleus")
+    with pytest.raises(ValueError, match="beam_width"):
+        translator(["one"], method="beam", beam_width=0)
