@@ -31,8 +31,6 @@ import common  # noqa: E402
 HPARAMS = dict(num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1)
 MAX_TOKENS = 128
 BATCH = 64
-# Pad each bucket to its boundary: a handful of static shapes, which XLA needs.
-BOUNDARIES = (16, 32, 48, 64, 96, 128)
 
 # name: (model, batching, jit_compile, mixed precision)
 CONFIGS = {
@@ -47,7 +45,7 @@ CONFIGS = {
 }
 
 
-# -- data (benchmark-local batching until keras_transformer.data lands) ------
+# -- data -----------------------------------------------------------------
 
 
 def load_vocabularies(corpus: str, cache: str) -> tuple[str, str]:
@@ -68,22 +66,20 @@ def load_vocabularies(corpus: str, cache: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def tokenized_pairs(corpus: str, vocab_paths, count: int, seed: int = 0):
-    from keras_transformer import tokenizers
-
+def text_pairs(corpus: str, count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`count` TED (pt, en) training pairs in a seeded shuffled order."""
     texts = {}
     for lang in ("pt", "en"):
         with open(os.path.join(corpus, f"train.{lang}"), encoding="utf-8") as f:
             texts[lang] = f.read().splitlines()
     order = np.random.default_rng(seed).permutation(len(texts["pt"]))[:count]
-    ids = {}
-    for lang, path in zip(("pt", "en"), vocab_paths):
-        tokenizer = tokenizers.Tokenizer(tokenizers.read_vocabulary(path))
-        ragged = tokenizer.tokenize([texts[lang][i] for i in order])
-        # Targets keep MAX_TOKENS + 1 ids: target_in drops the last, target_out the first.
-        keep = MAX_TOKENS + (lang == "en")
-        ids[lang] = [np.asarray(row[:keep], np.int32) for row in ragged.numpy()]
-    return ids["pt"], ids["en"]
+    return [(texts["pt"][i], texts["en"][i]) for i in order]
+
+
+def tokenizers_for(vocab_paths):
+    from keras_transformer import tokenizers
+
+    return [tokenizers.Tokenizer(tokenizers.read_vocabulary(p)) for p in vocab_paths]
 
 
 def pad(rows, length):
@@ -101,29 +97,34 @@ def make_batch(sources, targets, source_length=None, target_length=None):
     return pad(sources, s_len), pad(target_in, t_len), pad(target_out, t_len)
 
 
-def padded_batches(sources, targets, count):
+def padded_batches(pairs, vocab_paths, count):
     """The tutorial's batching: 64 sentences in corpus order, padded to the batch's longest."""
+    source_tokenizer, target_tokenizer = tokenizers_for(vocab_paths)
+    pairs = pairs[: BATCH * count]
+    sources = source_tokenizer.tokenize([p[0] for p in pairs])
+    targets = target_tokenizer.tokenize([p[1] for p in pairs])
+    # Targets keep MAX_TOKENS + 1 ids: target_in drops the last, target_out the first.
+    sources = [np.asarray(r[:MAX_TOKENS], np.int32) for r in sources.numpy()]
+    targets = [np.asarray(r[: MAX_TOKENS + 1], np.int32) for r in targets.numpy()]
     return [
         make_batch(sources[i : i + BATCH], targets[i : i + BATCH])
         for i in range(0, BATCH * count, BATCH)
     ]
 
 
-def bucketed_batches(sources, targets, count):
-    """64 sentences of similar length, padded to their bucket's boundary."""
-    buckets = {b: [] for b in BOUNDARIES}
-    batches = []
-    for s, t in zip(sources, targets):
-        longest = max(len(s), len(t) - 1)
-        bound = next(b for b in BOUNDARIES if longest <= b)
-        buckets[bound].append((s, t))
-        if len(buckets[bound]) == BATCH:
-            rows = buckets.pop(bound)
-            buckets[bound] = []
-            batches.append(make_batch([r[0] for r in rows], [r[1] for r in rows], bound, bound))
-            if len(batches) == count:
-                break
-    return batches
+def bucketed_batches(pairs, vocab_paths, count):
+    """The library's batching (`data.make_batches`): 64 sentences of similar length, padded
+    to their bucket's length, in the order the buckets fill (no shuffling)."""
+    from keras_transformer import data
+
+    source_tokenizer, target_tokenizer = tokenizers_for(vocab_paths)
+    dataset = data.make_batches(
+        pairs, source_tokenizer, target_tokenizer, BATCH, MAX_TOKENS, shuffle=False, cache=False
+    )
+    return [
+        (s.numpy().astype(np.int32), ti.numpy().astype(np.int32), to.numpy().astype(np.int32))
+        for (s, ti), to in dataset.take(count)
+    ]
 
 
 # -- one configuration (runs in its own process) -----------------------------
@@ -254,11 +255,10 @@ def main(argv=None):
     for path in vocab_paths:
         with open(path, encoding="utf-8") as f:
             sizes.append(sum(1 for _ in f))
-    total = args.steps + max(args.warmup, len(BOUNDARIES))
-    sources, targets = tokenized_pairs(corpus, vocab_paths, count=BATCH * total * 4)
+    pairs = text_pairs(corpus, count=BATCH * args.steps * 8)
     batch_sets = {
-        "padded": padded_batches(sources, targets, args.steps),
-        "bucketed": bucketed_batches(sources, targets, args.steps),
+        "padded": padded_batches(pairs, vocab_paths, args.steps),
+        "bucketed": bucketed_batches(pairs, vocab_paths, args.steps),
     }
     paths = {}
     for kind, batches in batch_sets.items():
