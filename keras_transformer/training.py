@@ -11,7 +11,9 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_transformer import distribute
 from keras_transformer import run_dir as run_dir_lib
+from keras_transformer.distribute import global_token_mean
 from keras_transformer.model import Transformer
 from keras_transformer.tokenizers import (
     PAD_ID,
@@ -84,6 +86,10 @@ def token_losses(label, pred, label_smoothing=0.0):
 def masked_loss(label, pred, label_smoothing=0.0):
     """Mean cross entropy over real (non-padding) target tokens, in float32.
 
+    Under a `tf.distribute` strategy with several replicas it is the mean over
+    the real tokens of the *global* batch (see `distribute.global_token_mean`),
+    not the mean of the replicas' means.
+
     Args:
         label: int `(batch, length)`, 0 at padding.
         pred: logits `(batch, length, vocab)`.
@@ -91,7 +97,7 @@ def masked_loss(label, pred, label_smoothing=0.0):
             (the paper uses 0.1). Defaults to 0.
     """
     loss, mask = token_losses(label, pred, label_smoothing)
-    return tf.math.divide_no_nan(tf.reduce_sum(loss), tf.reduce_sum(mask))
+    return global_token_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -219,7 +225,7 @@ class TrainConfig:
     time_budget_minutes: float | None = None  # stop after the epoch that passes it
     jit_compile: str = "auto"  # "auto", "true" or "false"
     mixed_precision: str = "none"  # "none", "float16" or "bfloat16"
-    strategy: str = "default"  # "default" or "mirrored"
+    strategy: str = "default"  # "default", "mirrored", "multi_worker" or "tpu" (distribute.py)
     seed: int = 0
 
     @classmethod
@@ -241,7 +247,7 @@ class TrainConfig:
             "overlong": ("truncate", "drop"),
             "jit_compile": ("auto", "true", "false"),
             "mixed_precision": ("none", "float16", "bfloat16"),
-            "strategy": ("default", "mirrored"),
+            "strategy": distribute.STRATEGIES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -475,7 +481,7 @@ def build_tokenizers(config: TrainConfig, train_pairs, run_dir: Path):
 
 
 def _strategy(name: str) -> tf.distribute.Strategy:
-    return tf.distribute.MirroredStrategy() if name == "mirrored" else tf.distribute.get_strategy()
+    return distribute.get_strategy(name)
 
 
 def _check_same_run(run_dir: Path, run_config: dict) -> None:
@@ -546,6 +552,9 @@ def train(
     )
     if config.steps_per_epoch:
         train_batches = train_batches.repeat()
+    # Workers share batches (one corpus, not one file per worker); a no-op on one machine.
+    train_batches = distribute.shard_by_data(train_batches)
+    val_batches = distribute.shard_by_data(val_batches)
 
     dtype = {"none": None, "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
     jit_compile = {"auto": "auto", "true": True, "false": False}[config.jit_compile]

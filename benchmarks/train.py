@@ -1,0 +1,315 @@
+"""Training throughput: keras_transformer vs the same model from KerasHub layers.
+
+Real TED pt->en batches, the tutorial's hyperparameters (4 layers, d_model 128,
+dff 512, 8 heads, ~8k vocabularies, max 128 tokens, 64 sentences a batch).
+Every configuration trains with `model.fit`, the same optimizer (Adam with the
+warmup schedule), and the same masked loss, in its own subprocess (clean
+mixed-precision state, and its own peak resident memory). It prints
+non-padding target tokens per second, the ratio to the KerasHub peer, the
+model FLOPs utilisation against this machine's measured float32 matmul peak,
+and the peak RSS.
+
+    PYTHONPATH=. python benchmarks/train.py            # default, a few minutes
+    PYTHONPATH=. python benchmarks/train.py --steps 50 # longer, steadier
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+HPARAMS = dict(num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1)
+MAX_TOKENS = 128
+BATCH = 64
+
+# name: (model, batching, jit_compile, mixed precision)
+CONFIGS = {
+    "ours_default": ("ours", "padded", False, False),
+    "ours_bucketed": ("ours", "bucketed", False, False),
+    "ours_bucketed_xla": ("ours", "bucketed", True, False),
+    "ours_bucketed_bf16": ("ours", "bucketed", False, True),
+    "ours_bucketed_xla_bf16": ("ours", "bucketed", True, True),
+    "keras_hub_padded": ("keras_hub", "padded", False, False),
+    "keras_hub_bucketed": ("keras_hub", "bucketed", False, False),
+    "keras_hub_bucketed_xla": ("keras_hub", "bucketed", True, False),
+}
+
+
+# -- data -----------------------------------------------------------------
+
+
+def load_vocabularies(corpus: str, cache: str) -> tuple[str, str]:
+    from keras_transformer import tokenizers
+
+    paths = []
+    for lang in ("pt", "en"):
+        path = os.path.join(cache, f"vocab.{lang}")
+        if not os.path.exists(path):
+            with open(os.path.join(corpus, f"train.{lang}"), encoding="utf-8") as f:
+                texts = f.read().splitlines()
+            start = time.perf_counter()
+            vocab = tokenizers.learn_vocabulary(texts, vocab_size=8000)
+            tokenizers.write_vocabulary(vocab, path)
+            seconds = time.perf_counter() - start
+            print(f"learned {lang} vocabulary: {len(vocab)} tokens in {seconds:.0f} s")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def text_pairs(corpus: str, count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`count` TED (pt, en) training pairs in a seeded shuffled order."""
+    texts = {}
+    for lang in ("pt", "en"):
+        with open(os.path.join(corpus, f"train.{lang}"), encoding="utf-8") as f:
+            texts[lang] = f.read().splitlines()
+    order = np.random.default_rng(seed).permutation(len(texts["pt"]))[:count]
+    return [(texts["pt"][i], texts["en"][i]) for i in order]
+
+
+def tokenizers_for(vocab_paths):
+    from keras_transformer import tokenizers
+
+    return [tokenizers.Tokenizer(tokenizers.read_vocabulary(p)) for p in vocab_paths]
+
+
+def pad(rows, length):
+    out = np.zeros((len(rows), length), np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def make_batch(sources, targets, source_length=None, target_length=None):
+    target_in = [t[:-1] for t in targets]
+    target_out = [t[1:] for t in targets]
+    s_len = source_length or max(len(s) for s in sources)
+    t_len = target_length or max(len(t) for t in target_in)
+    return pad(sources, s_len), pad(target_in, t_len), pad(target_out, t_len)
+
+
+def padded_batches(pairs, vocab_paths, count):
+    """The tutorial's batching: 64 sentences in corpus order, padded to the batch's longest."""
+    source_tokenizer, target_tokenizer = tokenizers_for(vocab_paths)
+    pairs = pairs[: BATCH * count]
+    sources = source_tokenizer.tokenize([p[0] for p in pairs])
+    targets = target_tokenizer.tokenize([p[1] for p in pairs])
+    # Targets keep MAX_TOKENS + 1 ids: target_in drops the last, target_out the first.
+    sources = [np.asarray(r[:MAX_TOKENS], np.int32) for r in sources.numpy()]
+    targets = [np.asarray(r[: MAX_TOKENS + 1], np.int32) for r in targets.numpy()]
+    return [
+        make_batch(sources[i : i + BATCH], targets[i : i + BATCH])
+        for i in range(0, BATCH * count, BATCH)
+    ]
+
+
+def bucketed_batches(pairs, vocab_paths, count):
+    """The library's batching (`data.make_batches`): 64 sentences of similar length, padded
+    to their bucket's length, in the order the buckets fill (no shuffling)."""
+    from keras_transformer import data
+
+    source_tokenizer, target_tokenizer = tokenizers_for(vocab_paths)
+    dataset = data.make_batches(
+        pairs, source_tokenizer, target_tokenizer, BATCH, MAX_TOKENS, shuffle=False, cache=False
+    )
+    return [
+        (s.numpy().astype(np.int32), ti.numpy().astype(np.int32), to.numpy().astype(np.int32))
+        for (s, ti), to in dataset.take(count)
+    ]
+
+
+# -- one configuration (runs in its own process) -----------------------------
+
+
+def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path: str):
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer import Transformer
+    from keras_transformer.training import MaskedLoss, make_optimizer
+
+    model_kind, _, jit, mixed = CONFIGS[name]
+    if mixed:
+        keras.mixed_precision.set_global_policy(
+            "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        )
+    with np.load(batches_path) as data:
+        batches = [
+            (data[f"s{i}"], data[f"ti{i}"], data[f"to{i}"]) for i in range(len(data.files) // 3)
+        ]
+    keras.utils.set_random_seed(0)
+    src_vocab, tgt_vocab = vocab_sizes
+    if model_kind == "ours":
+        model = Transformer(
+            input_vocab_size=src_vocab,
+            target_vocab_size=tgt_vocab,
+            max_length=MAX_TOKENS,
+            **HPARAMS,
+        )
+    else:
+        model = common.keras_hub_transformer(
+            input_vocab_size=src_vocab,
+            target_vocab_size=tgt_vocab,
+            max_length=MAX_TOKENS,
+            **HPARAMS,
+        )
+    model.compile(optimizer=make_optimizer(HPARAMS["d_model"]), loss=MaskedLoss(), jit_compile=jit)
+
+    def dataset(items):
+        def gen():
+            for s, ti, to in items:
+                yield (s, ti), to
+
+        spec = tf.TensorSpec((None, None), tf.int32)
+        return tf.data.Dataset.from_generator(gen, output_signature=((spec, spec), spec))
+
+    # Warm up on one batch of every shape the timed batches use (XLA compiles per shape).
+    shapes, warm = set(), []
+    for b in batches:
+        key = (b[0].shape, b[1].shape)
+        if key not in shapes:
+            shapes.add(key)
+            warm.append(b)
+    warm = (warm + batches)[: max(warmup, len(warm))]
+    start = time.perf_counter()
+    model.fit(dataset(warm), epochs=1, verbose=0)
+    warmup_s = time.perf_counter() - start
+
+    class Timer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            float(logs["loss"])  # wait for the step to finish
+            self.ends.append(time.perf_counter())
+
+    timer = Timer()
+    history = model.fit(dataset(batches), epochs=1, verbose=0, callbacks=[timer])
+    # The first timed step is excluded (it absorbs the fit start-up).
+    seconds = timer.ends[-1] - timer.ends[0]
+    timed = batches[1:]
+    tokens = int(sum(np.count_nonzero(to) for _, _, to in timed))
+    padded_tokens = int(sum(to.size for _, _, to in timed))
+    flops = common.train_flops(
+        [n for s, _, _ in timed for n in np.count_nonzero(s, axis=1)],
+        [n for _, _, to in timed for n in np.count_nonzero(to, axis=1)],
+        HPARAMS["num_layers"],
+        HPARAMS["d_model"],
+        HPARAMS["dff"],
+        tgt_vocab,
+    )
+    result = dict(
+        name=name,
+        tokens_per_s=tokens / seconds,
+        step_s=seconds / len(timed),
+        useful_flops_per_s=flops / seconds,
+        target_padding=1 - tokens / padded_tokens,
+        warmup_s=warmup_s,
+        loss=float(history.history["loss"][-1]),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+# -- driver -----------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default=os.path.join("..", "shared", "corpora", "ted_pt_en"))
+    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "kt_bench_cache"))
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=2, help="least warmup steps")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument("--run-config", help=argparse.SUPPRESS)
+    parser.add_argument("--batches", help=argparse.SUPPRESS)
+    parser.add_argument("--vocab-sizes", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.run_config:
+        sizes = tuple(int(v) for v in args.vocab_sizes.split(","))
+        run_config(args.run_config, args.batches, sizes, args.warmup, args.out)
+        return
+
+    import tensorflow as tf
+
+    os.makedirs(args.cache, exist_ok=True)
+    corpus = args.corpus
+    if not os.path.isdir(corpus):
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        corpus = os.path.join(here, "..", "shared", "corpora", "ted_pt_en")
+    vocab_paths = load_vocabularies(corpus, args.cache)
+    sizes = []
+    for path in vocab_paths:
+        with open(path, encoding="utf-8") as f:
+            sizes.append(sum(1 for _ in f))
+    pairs = text_pairs(corpus, count=BATCH * args.steps * 8)
+    batch_sets = {
+        "padded": padded_batches(pairs, vocab_paths, args.steps),
+        "bucketed": bucketed_batches(pairs, vocab_paths, args.steps),
+    }
+    paths = {}
+    for kind, batches in batch_sets.items():
+        paths[kind] = os.path.join(args.cache, f"batches_{kind}_{args.steps}.npz")
+        arrays = {}
+        for i, (s, ti, to) in enumerate(batches):
+            arrays.update({f"s{i}": s, f"ti{i}": ti, f"to{i}": to})
+        np.savez(paths[kind], **arrays)
+
+    peak = common.matmul_peak_gflops()
+    print(f"float32 matmul peak: {peak:.0f} GFLOP/s  (TensorFlow {tf.__version__})")
+    print(
+        f"vocabularies: pt {sizes[0]}, en {sizes[1]}; {args.steps} timed steps of {BATCH} sentences"
+    )
+    results = {}
+    for name in args.configs.split(","):
+        out = os.path.join(args.cache, f"result_{name}.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--run-config", name]
+        cmd += ["--batches", paths[CONFIGS[name][1]], "--vocab-sizes", ",".join(map(str, sizes))]
+        cmd += ["--warmup", str(args.warmup), "--out", out]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            print(f"{name}: FAILED\n{proc.stderr[-2000:]}")
+            continue
+        with open(out) as f:
+            results[name] = json.load(f)
+        r = results[name]
+        print(
+            f"  ran {name}: {r['tokens_per_s']:.0f} tok/s (warmup {r['warmup_s']:.0f} s)",
+            flush=True,
+        )
+
+    print()
+    print(
+        f"{'configuration':<26}{'tok/s':>8}{'s/step':>8}{'pad%':>6}"
+        f"{'vs hub padded':>14}{'vs hub same':>12}{'MFU':>7}{'RSS MB':>8}{'loss':>7}"
+    )
+    for name, r in results.items():
+        model, batching, jit, _ = CONFIGS[name]
+        ref = results.get("keras_hub_padded")
+        same = results.get(f"keras_hub_{batching}{'_xla' if jit else ''}")
+        vs_ref = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "-"
+        vs_same = f"{r['tokens_per_s'] / same['tokens_per_s']:.2f}x" if same else "-"
+        print(
+            f"{name:<26}{r['tokens_per_s']:>8.0f}{r['step_s']:>8.2f}"
+            f"{100 * r['target_padding']:>6.0f}"
+            f"{vs_ref:>14}{vs_same:>12}{100 * r['useful_flops_per_s'] / 1e9 / peak:>6.1f}%"
+            f"{r['peak_rss_mb']:>8.0f}{r['loss']:>7.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Training under `tf.distribute`: strategy selection and a correct global loss.
+
+`get_strategy(name)` picks TensorFlow's distribution engine by name:
+
+- `"default"`: no distribution (one device, the default strategy).
+- `"mirrored"`: `MirroredStrategy`, every GPU (or the CPU) of this machine.
+- `"multi_worker"`: `MultiWorkerMirroredStrategy`, synchronous training over
+  several machines described by the `TF_CONFIG` environment variable.
+- `"tpu"`: `TPUStrategy` on the TPU named by `tpu` (or found automatically).
+
+Build the model, optimizer and `compile` inside `strategy.scope()` and pass
+the *global* batch to `fit`; Keras splits each batch between the replicas.
+
+The masked loss must be the mean over every real target token of the global
+batch, not the mean of each replica's mean: replicas hold different numbers of
+padding tokens, so the mean of means over-weights replicas with short
+sentences. `global_token_mean` divides each replica's loss sum by the
+all-reduced count of real tokens; Keras then sums the replicas' gradients,
+which gives the gradient of the global token mean.
+"""
+
+import tensorflow as tf
+
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+def get_strategy(name: str = "default", tpu: str | None = None) -> tf.distribute.Strategy:
+    """Returns the `tf.distribute.Strategy` called `name` (one of `STRATEGIES`).
+
+    Args:
+        name: "default", "mirrored", "multi_worker" or "tpu".
+        tpu: TPU name or gRPC address for "tpu"; None or "" lets the cluster
+            resolver find the TPU attached to this VM (Cloud TPU VMs, Colab).
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker":
+        # Reads TF_CONFIG; every worker runs the same program.
+        return _MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(
+        f"Unknown distribution strategy. Expected one of {STRATEGIES}. Received: name={name!r}"
+    )
+
+
+class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """MultiWorkerMirroredStrategy whose `reduce` works the way Keras calls it.
+
+    Keras 3.15's `fit` under this strategy (1) reduces the first batch, a
+    nested `((context, target_in), target_out)`, in one `strategy.reduce` call
+    to build the model symbolically, which the collective implementation
+    rejects (and MEAN turns the integer ids into floats), and (2) reduces each
+    scalar metric with `axis=0`, which fails on a scalar. Reducing leaf by
+    leaf, with no axis for scalars, in the leaf's own dtype, makes `fit` run.
+    """
+
+    def reduce(self, reduce_op, value, axis):
+        def reduce_leaf(leaf):
+            local = self.experimental_local_results(leaf)[0]
+            leaf_axis = None if local.shape.rank == 0 else axis
+            parent = super(_MultiWorkerMirroredStrategy, self)
+            return tf.cast(parent.reduce(reduce_op, leaf, leaf_axis), local.dtype)
+
+        return tf.nest.map_structure(reduce_leaf, value)
+
+
+def shard_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """Marks `dataset` to be split between workers batch by batch.
+
+    Keras distributes a dataset passed to `fit` with
+    `experimental_distribute_dataset`, which cuts each global batch into one
+    slice per replica. Across workers tf.data would first try to give each
+    worker its own input files; our pipelines read one corpus file (or
+    in-memory tensors), so sharding by data is the right policy and avoids
+    that failed attempt.
+    """
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def global_token_mean(loss_sum, token_count):
+    """`loss_sum / (real tokens in the global batch)`, for this replica's part.
+
+    In a replica context with several replicas the token count is summed over
+    all replicas (an all-reduce), so that the replicas' contributions add up to
+    the global token mean when Keras sums their gradients. Keras does not
+    rescale a scalar loss (it only divides non-scalar, per-sample losses by
+    the number of replicas), so nothing has to be compensated here; the
+    two-worker test in tests/test_distribute.py pins this down.
+
+    Outside a replica context (e.g. Keras' symbolic build in the strategy
+    scope) and with one replica it is the plain local mean.
+    """
+    token_count = tf.cast(token_count, loss_sum.dtype)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        token_count = context.all_reduce(tf.distribute.ReduceOp.SUM, token_count)
+    return tf.math.divide_no_nan(loss_sum, token_count)

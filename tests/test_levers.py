@@ -1,0 +1,134 @@
+"""Speed levers change speed, not what is learned.
+
+Each lever (XLA, length bucketing, mixed precision) trains the same tiny model
+on the same copy task from the same initial weights; the loss it reaches must
+match the plain float32 run within a tolerance fitted to the lever (XLA only
+reorders float math; bfloat16 rounds to 8 bits of mantissa; bucketing groups
+the sentences differently). Timing lives in benchmarks/train.py.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer.training import MaskedLoss, masked_loss
+
+VOCAB = 16
+STEPS = 40
+
+
+def copy_task(rows=128, seed=0):
+    """Sentences of 2-10 tokens; the target repeats the source between [START] and [END]."""
+    rng = np.random.default_rng(seed)
+    sources = [rng.integers(4, VOCAB, size=rng.integers(2, 11)) for _ in range(rows)]
+    targets = [np.concatenate([[2], s, [3]]) for s in sources]
+    return sources, targets
+
+
+def pad(rows, length):
+    out = np.zeros((len(rows), length), np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def batches(sources, targets, bucketed, batch=16):
+    """Padded batches in order, or batches of similar length padded to a bucket boundary."""
+    order = np.arange(len(sources))
+    if bucketed:
+        order = np.argsort([len(s) for s in sources], kind="stable")
+    out = []
+    for i in range(0, len(order), batch):
+        idx = order[i : i + batch]
+        longest = max(len(sources[j]) for j in idx)
+        length = 6 if bucketed and longest <= 6 else 12
+        s = pad([sources[j] for j in idx], length if bucketed else longest)
+        t = pad([targets[j] for j in idx], (length if bucketed else longest) + 2)
+        out.append(((s, t[:, :-1]), t[:, 1:]))
+    return out
+
+
+def make_model():
+    keras.utils.set_random_seed(0)
+    model = Transformer(
+        num_layers=1,
+        d_model=32,
+        num_heads=4,
+        dff=64,
+        input_vocab_size=VOCAB,
+        target_vocab_size=VOCAB,
+        dropout_rate=0.0,
+    )
+    model((np.ones((1, 3), np.int32), np.ones((1, 3), np.int32)))
+    return model
+
+
+def train(model, data, jit_compile=False):
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=MaskedLoss(), jit_compile=jit_compile)
+    for step in range(STEPS):
+        (s, t_in), t_out = data[step % len(data)]
+        model.train_on_batch((s, t_in), t_out)
+    return evaluate(model)
+
+
+def evaluate(model):
+    sources, targets = copy_task(rows=64, seed=1)
+    (s, t_in), t_out = batches(sources, targets, bucketed=False, batch=64)[0]
+    return float(masked_loss(t_out, model((s, t_in), training=False)))
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    sources, targets = copy_task()
+    start = evaluate(make_model())
+    end = train(make_model(), batches(sources, targets, bucketed=False))
+    # The task is learnable in STEPS steps: a lever that broke training shows.
+    assert end < 0.8 * start, (start, end)
+    return end
+
+
+def test_xla_reaches_the_same_loss(baseline):
+    sources, targets = copy_task()
+    loss = train(make_model(), batches(sources, targets, bucketed=False), jit_compile=True)
+    np.testing.assert_allclose(loss, baseline, rtol=2e-3)
+
+
+def test_bucketing_reaches_the_same_loss(baseline):
+    sources, targets = copy_task()
+    loss = train(make_model(), batches(sources, targets, bucketed=True))
+    np.testing.assert_allclose(loss, baseline, rtol=0.1)
+
+
+def test_bucket_padding_leaves_the_loss_unchanged():
+    # Why bucketing is safe: padding to a bucket boundary instead of the
+    # batch's longest sentence changes no real token's loss.
+    model = make_model()
+    sources, targets = copy_task(rows=8)
+    tight = batches(sources, targets, bucketed=False, batch=8)[0]
+    (s, t_in), t_out = tight
+    wide = (np.pad(s, [(0, 0), (0, 7)]), np.pad(t_in, [(0, 0), (0, 7)]))
+    want = float(masked_loss(t_out, model((s, t_in))))
+    got = float(masked_loss(np.pad(t_out, [(0, 0), (0, 7)]), model(wide)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def mixed_precision_loss(policy):
+    sources, targets = copy_task()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = make_model()
+        assert model.compute_dtype == policy.split("_")[1]
+        return train(model, batches(sources, targets, bucketed=False))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_bfloat16_reaches_the_same_loss(baseline):
+    np.testing.assert_allclose(mixed_precision_loss("mixed_bfloat16"), baseline, rtol=0.1)
+
+
+@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="mixed_float16 needs a GPU")
+def test_mixed_float16_on_gpu_reaches_the_same_loss(baseline):
+    np.testing.assert_allclose(mixed_precision_loss("mixed_float16"), baseline, rtol=0.1)
