@@ -11,6 +11,7 @@ and the peak RSS.
 
     PYTHONPATH=. python benchmarks/train.py            # default, a few minutes
     PYTHONPATH=. python benchmarks/train.py --steps 50 # longer, steadier
+    PYTHONPATH=. python benchmarks/train.py --rounds 3 # median of 3 interleaved runs each
 """
 
 import argparse
@@ -222,6 +223,27 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
         json.dump(result, f)
 
 
+def run_config_process(name, paths, sizes, args):
+    """Runs one configuration in a fresh process; its result dict, or None if it failed."""
+    out = os.path.join(args.cache, f"result_{name}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--run-config", name]
+    cmd += ["--batches", paths[CONFIGS[name][1]], "--vocab-sizes", ",".join(map(str, sizes))]
+    cmd += ["--warmup", str(args.warmup), "--out", out]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        print(f"{name}: FAILED\n{proc.stderr[-2000:]}")
+        return None
+    with open(out) as f:
+        return json.load(f)
+
+
+def median_run(results):
+    """The run with the median tokens/s (the lower middle one of an even count)."""
+    ordered = sorted(results, key=lambda r: r["tokens_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 # -- driver -----------------------------------------------------------------
 
 
@@ -232,6 +254,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=8, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=2, help="least warmup steps")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of every configuration, order alternating"
+    )
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
     parser.add_argument("--batches", help=argparse.SUPPRESS)
     parser.add_argument("--vocab-sizes", help=argparse.SUPPRESS)
@@ -273,24 +298,22 @@ def main(argv=None):
     print(
         f"vocabularies: pt {sizes[0]}, en {sizes[1]}; {args.steps} timed steps of {BATCH} sentences"
     )
-    results = {}
-    for name in args.configs.split(","):
-        out = os.path.join(args.cache, f"result_{name}.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "--run-config", name]
-        cmd += ["--batches", paths[CONFIGS[name][1]], "--vocab-sizes", ",".join(map(str, sizes))]
-        cmd += ["--warmup", str(args.warmup), "--out", out]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode:
-            print(f"{name}: FAILED\n{proc.stderr[-2000:]}")
-            continue
-        with open(out) as f:
-            results[name] = json.load(f)
-        r = results[name]
-        print(
-            f"  ran {name}: {r['tokens_per_s']:.0f} tok/s (warmup {r['warmup_s']:.0f} s)",
-            flush=True,
-        )
+    names = args.configs.split(",")
+    runs = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        # Alternate the order so that a slow spell of the shared machine hits every
+        # configuration alike; the table reports each one's median round.
+        for name in names if round_index % 2 == 0 else names[::-1]:
+            result = run_config_process(name, paths, sizes, args)
+            if result is None:
+                continue
+            runs[name].append(result)
+            print(
+                f"  round {round_index + 1} {name}: {result['tokens_per_s']:.0f} tok/s "
+                f"(warmup {result['warmup_s']:.0f} s)",
+                flush=True,
+            )
+    results = {name: median_run(r) for name, r in runs.items() if r}
 
     print()
     print(
