@@ -22,14 +22,16 @@ PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 def normalize_text(strings, lower_case=True, normalization_form="NFC"):
     """The text normalization applied before tokenization.
 
-    Undecodable bytes are replaced (U+FFFD) rather than failing the batch;
-    lowercasing uses Unicode case folding, which keeps accents (á stays á).
+    Undecodable bytes are replaced (U+FFFD) rather than failing the batch.
+    Lowercasing is Unicode lowercasing, which keeps accents (á stays á) and
+    the German ß; Unicode case folding would turn "straße" into "strasse", a
+    word the references do not contain.
     """
     strings = tf.strings.unicode_transcode(
         strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
     )
     if lower_case:
-        strings = tf_text.case_fold_utf8(strings)
+        strings = tf.strings.lower(strings, encoding="utf-8")
     if normalization_form:
         strings = tf_text.normalize_utf8(strings, normalization_form)
     return strings
@@ -90,7 +92,7 @@ class Tokenizer(tf.Module):
 
     Args:
         vocab: list of tokens (reserved tokens first) or a vocabulary file.
-        lower_case: case-fold the text before tokenizing (accents are kept).
+        lower_case: lowercase the text before tokenizing (accents and ß are kept).
         normalization_form: Unicode normalization ("NFC", "NFKC", ... or None).
     """
 
