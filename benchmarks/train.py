@@ -33,16 +33,18 @@ HPARAMS = dict(num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1
 MAX_TOKENS = 128
 BATCH = 64
 
-# name: (model, batching, jit_compile, mixed precision)
+# name: (model, batching, jit_compile, mixed precision, hashed dropout)
 CONFIGS = {
-    "ours_default": ("ours", "padded", False, False),
-    "ours_bucketed": ("ours", "bucketed", False, False),
-    "ours_bucketed_xla": ("ours", "bucketed", True, False),
-    "ours_bucketed_bf16": ("ours", "bucketed", False, True),
-    "ours_bucketed_xla_bf16": ("ours", "bucketed", True, True),
-    "keras_hub_padded": ("keras_hub", "padded", False, False),
-    "keras_hub_bucketed": ("keras_hub", "bucketed", False, False),
-    "keras_hub_bucketed_xla": ("keras_hub", "bucketed", True, False),
+    "ours_default": ("ours", "padded", False, False, False),
+    "ours_bucketed": ("ours", "bucketed", False, False, False),
+    "ours_bucketed_hashed": ("ours", "bucketed", False, False, True),
+    "ours_bucketed_xla": ("ours", "bucketed", True, False, False),
+    "ours_bucketed_xla_hashed": ("ours", "bucketed", True, False, True),
+    "ours_bucketed_bf16": ("ours", "bucketed", False, True, False),
+    "ours_bucketed_xla_bf16": ("ours", "bucketed", True, True, False),
+    "keras_hub_padded": ("keras_hub", "padded", False, False, False),
+    "keras_hub_bucketed": ("keras_hub", "bucketed", False, False, False),
+    "keras_hub_bucketed_xla": ("keras_hub", "bucketed", True, False, False),
 }
 
 
@@ -138,7 +140,7 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
     from keras_transformer import Transformer
     from keras_transformer.training import MaskedLoss, make_optimizer
 
-    model_kind, _, jit, mixed = CONFIGS[name]
+    model_kind, _, jit, mixed, hashed = CONFIGS[name]
     if mixed:
         keras.mixed_precision.set_global_policy(
             "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
@@ -154,6 +156,7 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
             input_vocab_size=src_vocab,
             target_vocab_size=tgt_vocab,
             max_length=MAX_TOKENS,
+            hashed_dropout=hashed,
             **HPARAMS,
         )
     else:
@@ -321,7 +324,7 @@ def main(argv=None):
         f"{'vs hub padded':>14}{'vs hub same':>12}{'MFU':>7}{'RSS MB':>8}{'loss':>7}"
     )
     for name, r in results.items():
-        model, batching, jit, _ = CONFIGS[name]
+        model, batching, jit, _, _ = CONFIGS[name]
         ref = results.get("keras_hub_padded")
         same = results.get(f"keras_hub_{batching}{'_xla' if jit else ''}")
         vs_ref = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "-"

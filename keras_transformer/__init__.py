@@ -10,6 +10,7 @@ from keras_transformer.layers import (
     EncoderLayer,
     FeedForward,
     GlobalSelfAttention,
+    HashedDropout,
     PositionalEmbedding,
     positional_encoding,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "GlobalSelfAttention",
+    "HashedDropout",
     "PositionalEmbedding",
     "Transformer",
     "positional_encoding",

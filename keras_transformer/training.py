@@ -224,6 +224,8 @@ class TrainConfig:
     early_stopping_patience: int | None = None
     time_budget_minutes: float | None = None  # stop after the epoch that passes it
     jit_compile: str = "auto"  # "auto", "true" or "false"
+    # Dropout masks from an integer hash (HashedDropout): much cheaper under XLA on CPU.
+    hashed_dropout: bool = False
     mixed_precision: str = "none"  # "none", "float16" or "bfloat16"
     strategy: str = "default"  # "default", "mirrored", "multi_worker" or "tpu" (distribute.py)
     seed: int = 0
@@ -559,7 +561,13 @@ def train(
     dtype = {"none": None, "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
     jit_compile = {"auto": "auto", "true": True, "false": False}[config.jit_compile]
     with _strategy(config.strategy).scope():
-        model = Transformer(**model_kwargs, dtype=dtype[config.mixed_precision])
+        # hashed_dropout changes how masks are drawn, not the model: it stays out of
+        # config.json's "model", so a run may resume with it switched.
+        model = Transformer(
+            **model_kwargs,
+            hashed_dropout=config.hashed_dropout,
+            dtype=dtype[config.mixed_precision],
+        )
         model.compile(
             optimizer=make_optimizer(config.d_model, config.warmup_steps),
             loss=MaskedLoss(config.label_smoothing),

@@ -7,6 +7,7 @@ from keras_transformer.layers.attention import (
     GlobalSelfAttention,
 )
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.dropout import HashedDropout
 from keras_transformer.layers.embedding import PositionalEmbedding, positional_encoding
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
@@ -22,6 +23,7 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "GlobalSelfAttention",
+    "HashedDropout",
     "PositionalEmbedding",
     "causal_mask",
     "padding_mask",

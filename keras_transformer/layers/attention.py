@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers import masks, validation
+from keras_transformer.layers.dropout import make_dropout
 
 # Large negative logit for masked keys. A finite value (not -inf) keeps a row
 # whose keys are all masked finite (uniform weights) instead of NaN; the
@@ -42,6 +43,8 @@ class BaseAttention(keras.layers.Layer):
             Defaults to 0.0.
         layer_norm_epsilon: float. Defaults to 1e-5.
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Draw dropout masks with `HashedDropout`, much
+            cheaper under XLA on CPU. Defaults to False (`keras.layers.Dropout`).
         **kwargs: base layer arguments (`name`, `dtype`, ...).
     """
 
@@ -53,6 +56,7 @@ class BaseAttention(keras.layers.Layer):
         attention_dropout=0.0,
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -65,6 +69,7 @@ class BaseAttention(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         self.head_size = d_model // num_heads
 
         def dense(name):
@@ -74,11 +79,11 @@ class BaseAttention(keras.layers.Layer):
         self.key_dense = dense("key")
         self.value_dense = dense("value")
         self.output_dense = dense("attention_output")
-        self.weights_dropout = keras.layers.Dropout(
-            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+        self.weights_dropout = make_dropout(
+            attention_dropout, hashed_dropout, self.dtype_policy, "attention_dropout"
         )
-        self.output_dropout = keras.layers.Dropout(
-            dropout_rate, dtype=self.dtype_policy, name="output_dropout"
+        self.output_dropout = make_dropout(
+            dropout_rate, hashed_dropout, self.dtype_policy, "output_dropout"
         )
         self.layernorm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
@@ -144,6 +149,7 @@ class BaseAttention(keras.layers.Layer):
             attention_dropout=self.attention_dropout,
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config
 

@@ -4,6 +4,7 @@ import keras
 
 from keras_transformer.layers import masks, validation
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
+from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.feed_forward import FeedForward
 
@@ -21,6 +22,8 @@ class DecoderLayer(keras.layers.Layer):
         activation: str. Feed-forward activation. Defaults to "relu".
         layer_norm_epsilon: float. Defaults to 1e-5.
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
+            XLA on CPU). Defaults to False (`keras.layers.Dropout`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -50,6 +53,7 @@ class DecoderLayer(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -61,10 +65,12 @@ class DecoderLayer(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         common = dict(
             dropout_rate=dropout_rate,
             layer_norm_epsilon=layer_norm_epsilon,
             normalize_first=normalize_first,
+            hashed_dropout=hashed_dropout,
             dtype=self.dtype_policy,
         )
         self.causal_self_attention = CausalSelfAttention(
@@ -137,6 +143,7 @@ class DecoderLayer(keras.layers.Layer):
             activation=self.activation,
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config
 
@@ -164,7 +171,8 @@ class Decoder(keras.layers.Layer):
         vocab_size: int. Target vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest target sequence. Defaults to 2048.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first:
+        attention_dropout, activation, layer_norm_epsilon, normalize_first,
+        hashed_dropout:
             as for DecoderLayer.
         **kwargs: base layer arguments.
 
@@ -193,6 +201,7 @@ class Decoder(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -211,10 +220,11 @@ class Decoder(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         self.embedding = PositionalEmbedding(
             vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
         )
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy)
         self.dec_layers = [
             DecoderLayer(
                 d_model,
@@ -225,6 +235,7 @@ class Decoder(keras.layers.Layer):
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
                 normalize_first=normalize_first,
+                hashed_dropout=hashed_dropout,
                 dtype=self.dtype_policy,
                 name=f"decoder_layer_{i}",
             )
@@ -338,5 +349,6 @@ class Decoder(keras.layers.Layer):
             activation=self.activation,
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config

@@ -4,6 +4,7 @@ import keras
 
 from keras_transformer.layers import masks, validation
 from keras_transformer.layers.attention import GlobalSelfAttention
+from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.feed_forward import FeedForward
 
@@ -21,6 +22,8 @@ class EncoderLayer(keras.layers.Layer):
         activation: str. Feed-forward activation. Defaults to "relu".
         layer_norm_epsilon: float. Defaults to 1e-5.
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
+            XLA on CPU). Defaults to False (`keras.layers.Dropout`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -39,6 +42,7 @@ class EncoderLayer(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -50,10 +54,12 @@ class EncoderLayer(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         common = dict(
             dropout_rate=dropout_rate,
             layer_norm_epsilon=layer_norm_epsilon,
             normalize_first=normalize_first,
+            hashed_dropout=hashed_dropout,
             dtype=self.dtype_policy,
         )
         self.self_attention = GlobalSelfAttention(
@@ -88,6 +94,7 @@ class EncoderLayer(keras.layers.Layer):
             activation=self.activation,
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config
 
@@ -108,7 +115,8 @@ class Encoder(keras.layers.Layer):
         vocab_size: int. Source vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest source sequence. Defaults to 2048.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first:
+        attention_dropout, activation, layer_norm_epsilon, normalize_first,
+        hashed_dropout:
             as for EncoderLayer.
         **kwargs: base layer arguments.
 
@@ -138,6 +146,7 @@ class Encoder(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -156,10 +165,11 @@ class Encoder(keras.layers.Layer):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         self.embedding = PositionalEmbedding(
             vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
         )
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy)
         self.enc_layers = [
             EncoderLayer(
                 d_model,
@@ -170,6 +180,7 @@ class Encoder(keras.layers.Layer):
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
                 normalize_first=normalize_first,
+                hashed_dropout=hashed_dropout,
                 dtype=self.dtype_policy,
                 name=f"encoder_layer_{i}",
             )
@@ -218,5 +229,6 @@ class Encoder(keras.layers.Layer):
             activation=self.activation,
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config

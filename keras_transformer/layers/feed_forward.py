@@ -3,6 +3,7 @@
 import keras
 
 from keras_transformer.layers import validation
+from keras_transformer.layers.dropout import make_dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -19,6 +20,8 @@ class FeedForward(keras.layers.Layer):
         activation: str or callable. Defaults to "relu" as in the paper.
         layer_norm_epsilon: float. Defaults to 1e-5.
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Draw dropout masks with `HashedDropout`, much
+            cheaper under XLA on CPU. Defaults to False (`keras.layers.Dropout`).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -38,6 +41,7 @@ class FeedForward(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-5,
         normalize_first=False,
+        hashed_dropout=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -50,13 +54,14 @@ class FeedForward(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
+        self.hashed_dropout = hashed_dropout
         self.inner_dense = keras.layers.Dense(
             dff, activation=self.activation, dtype=self.dtype_policy, name="inner_dense"
         )
         self.output_dense = keras.layers.Dense(
             d_model, dtype=self.dtype_policy, name="output_dense"
         )
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy, "dropout")
         self.layernorm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
         )
@@ -86,5 +91,6 @@ class FeedForward(keras.layers.Layer):
             activation=keras.activations.serialize(self.activation),
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
+            hashed_dropout=self.hashed_dropout,
         )
         return config
