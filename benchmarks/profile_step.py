@@ -4,9 +4,9 @@ Times, each as its own `tf.function` on the same batch (median of --repeats):
 encoder forward, decoder forward, output projection + masked loss, the whole
 forward, forward + backward, and the whole step with the Adam update; the
 differences give the share of backward and optimizer. `--jit` compiles each
-piece with XLA, `--bf16` uses mixed_bfloat16.
+piece with XLA, `--bf16` uses mixed_bfloat16, `--hashed-dropout` HashedDropout.
 
-    PYTHONPATH=. python benchmarks/profile_step.py [--length 32] [--jit] [--bf16]
+    PYTHONPATH=. python benchmarks/profile_step.py [--length 32] [--jit] [--bf16] [--hashed-dropout]
 """
 
 import argparse
@@ -33,6 +33,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--jit", action="store_true")
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--hashed-dropout", action="store_true", help="HashedDropout masks")
     args = parser.parse_args(argv)
 
     import keras
@@ -48,7 +49,9 @@ def main(argv=None):
     context = tf.constant(rng.integers(4, args.vocab, shape), tf.int32)
     target_in = tf.constant(rng.integers(4, args.vocab, shape), tf.int32)
     target_out = tf.constant(rng.integers(4, args.vocab, shape), tf.int32)
-    model = Transformer(4, 128, 8, 512, args.vocab, args.vocab, max_length=128)
+    model = Transformer(
+        4, 128, 8, 512, args.vocab, args.vocab, max_length=128, hashed_dropout=args.hashed_dropout
+    )
     model((context, target_in))
     optimizer = make_optimizer(128)
     optimizer.build(model.trainable_variables)
@@ -107,7 +110,8 @@ def main(argv=None):
     t["optimizer update"] = t["step"] - t["forward + backward"]
     print(
         f"batch {args.batch} x {args.length} tokens, vocab {args.vocab}, "
-        f"jit={args.jit}, bf16={args.bf16}, TensorFlow {tf.__version__}"
+        f"jit={args.jit}, bf16={args.bf16}, hashed dropout={args.hashed_dropout}, "
+        f"TensorFlow {tf.__version__}"
     )
     for name in (
         "encoder forward",

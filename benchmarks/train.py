@@ -345,7 +345,7 @@ def main(argv=None):
 
     print()
     print(
-        f"{'configuration':<26}{'tok/s':>8}{'s/step':>8}{'pad%':>6}"
+        f"{'configuration':<34}{'tok/s':>8}{'s/step':>8}{'pad%':>6}"
         f"{'vs hub padded':>14}{'vs hub same':>12}{'MFU':>7}{'RSS MB':>8}{'loss':>7}"
     )
     for name, r in results.items():
@@ -355,7 +355,7 @@ def main(argv=None):
         vs_ref = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "-"
         vs_same = f"{r['tokens_per_s'] / same['tokens_per_s']:.2f}x" if same else "-"
         print(
-            f"{name:<26}{r['tokens_per_s']:>8.0f}{r['step_s']:>8.2f}"
+            f"{name:<34}{r['tokens_per_s']:>8.0f}{r['step_s']:>8.2f}"
             f"{100 * r['target_padding']:>6.0f}"
             f"{vs_ref:>14}{vs_same:>12}{100 * r['useful_flops_per_s'] / 1e9 / peak:>6.1f}%"
             f"{r['peak_rss_mb']:>8.0f}{r['loss']:>7.2f}"
