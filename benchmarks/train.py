@@ -12,6 +12,7 @@ and the peak RSS.
     PYTHONPATH=. python benchmarks/train.py            # default, a few minutes
     PYTHONPATH=. python benchmarks/train.py --steps 50 # longer, steadier
     PYTHONPATH=. python benchmarks/train.py --rounds 3 # median of 3 interleaved runs each
+    PYTHONPATH=. python benchmarks/train.py --configs A,B --paired  # side by side, step by step
 """
 
 import argparse
@@ -150,23 +151,11 @@ def bucketed_batches(pairs, vocab_paths, count):
 # -- one configuration (runs in its own process) -----------------------------
 
 
-def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path: str):
-    import keras
-    import tensorflow as tf
-
+def build_model(config, vocab_sizes):
+    """The configuration's model, compiled with the shared optimizer and masked loss."""
     from keras_transformer import Transformer
     from keras_transformer.training import MaskedLoss, make_optimizer
 
-    config = CONFIGS[name]
-    if config["mixed"]:
-        keras.mixed_precision.set_global_policy(
-            "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
-        )
-    with np.load(batches_path) as data:
-        batches = [
-            (data[f"s{i}"], data[f"ti{i}"], data[f"to{i}"]) for i in range(len(data.files) // 3)
-        ]
-    keras.utils.set_random_seed(0)
     src_vocab, tgt_vocab = vocab_sizes
     if config["model"] == "ours":
         model = Transformer(
@@ -187,6 +176,39 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
     model.compile(
         optimizer=make_optimizer(HPARAMS["d_model"]), loss=MaskedLoss(), jit_compile=config["jit"]
     )
+    return model
+
+
+def load_batches(batches_path):
+    with np.load(batches_path) as data:
+        return [
+            (data[f"s{i}"], data[f"ti{i}"], data[f"to{i}"]) for i in range(len(data.files) // 3)
+        ]
+
+
+def warmup_batches(batches, least):
+    """One batch of every shape in `batches` (XLA compiles per shape), at least `least`."""
+    shapes, warm = set(), []
+    for b in batches:
+        key = (b[0].shape, b[1].shape)
+        if key not in shapes:
+            shapes.add(key)
+            warm.append(b)
+    return (warm + batches)[: max(least, len(warm))]
+
+
+def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path: str):
+    import keras
+    import tensorflow as tf
+
+    config = CONFIGS[name]
+    if config["mixed"]:
+        keras.mixed_precision.set_global_policy(
+            "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        )
+    batches = load_batches(batches_path)
+    keras.utils.set_random_seed(0)
+    model = build_model(config, vocab_sizes)
 
     def dataset(items):
         def gen():
@@ -197,15 +219,8 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
         return tf.data.Dataset.from_generator(gen, output_signature=((spec, spec), spec))
 
     # Warm up on one batch of every shape the timed batches use (XLA compiles per shape).
-    shapes, warm = set(), []
-    for b in batches:
-        key = (b[0].shape, b[1].shape)
-        if key not in shapes:
-            shapes.add(key)
-            warm.append(b)
-    warm = (warm + batches)[: max(warmup, len(warm))]
     start = time.perf_counter()
-    model.fit(dataset(warm), epochs=1, verbose=0)
+    model.fit(dataset(warmup_batches(batches, warmup)), epochs=1, verbose=0)
     warmup_s = time.perf_counter() - start
 
     class Timer(keras.callbacks.Callback):
@@ -230,7 +245,7 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
         HPARAMS["num_layers"],
         HPARAMS["d_model"],
         HPARAMS["dff"],
-        tgt_vocab,
+        vocab_sizes[1],
     )
     result = dict(
         name=name,
@@ -246,24 +261,92 @@ def run_config(name: str, batches_path: str, vocab_sizes, warmup: int, out_path:
         json.dump(result, f)
 
 
-def run_config_process(name, paths, sizes, args):
-    """Runs one configuration in a fresh process; its result dict, or None if it failed."""
-    out = os.path.join(args.cache, f"result_{name}.json")
-    cmd = [sys.executable, os.path.abspath(__file__), "--run-config", name]
-    cmd += [
-        "--batches",
-        paths[CONFIGS[name]["batching"]],
-        "--vocab-sizes",
-        ",".join(map(str, sizes)),
-    ]
+def run_paired(names, batches_path: str, vocab_sizes, warmup: int, out_path: str):
+    """Trains the configurations side by side in one process, alternating step by step.
+
+    Every batch is trained by each model in turn (the order alternating between
+    batches), so a slow spell of the shared machine hits both alike; each step is
+    timed on its own (`train_on_batch` returns once the step's loss is computed).
+    This uses the same compiled train step as `fit`.
+    """
+    import keras
+
+    batches = load_batches(batches_path)
+    models = {}
+    for name in names:
+        keras.utils.set_random_seed(0)
+        models[name] = build_model(CONFIGS[name], vocab_sizes)
+    for model in models.values():
+        for s, ti, to in warmup_batches(batches, warmup):
+            model.train_on_batch((s, ti), to)
+    step_s = {name: [] for name in names}
+    for i, (s, ti, to) in enumerate(batches):
+        for name in names if i % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            models[name].train_on_batch((s, ti), to)
+            step_s[name].append(time.perf_counter() - start)
+    tokens = [int(np.count_nonzero(to)) for _, _, to in batches]
+    with open(out_path, "w") as f:
+        json.dump(dict(step_s=step_s, tokens=tokens), f)
+
+
+def same_setting_peer(name):
+    """The KerasHub configuration with the same batches and the same XLA setting as `name`."""
+    config = CONFIGS[name]
+    return f"keras_hub_{config['batching']}{'_xla' if config['jit'] else ''}"
+
+
+def report_paired(names, runs):
+    """Prints tokens/s of each configuration and its ratios to KerasHub.
+
+    `runs` holds one `run_paired` result per round. Ratios are of the total
+    times, to the first configuration named and to the KerasHub one with the
+    same XLA setting ("vs hub same"). For the latter it also prints the
+    quartiles of the per-step ratios: each compares two steps on the same batch
+    a second apart, so they are little moved by the machine's slow spells.
+    """
+    tokens = sum(sum(run["tokens"]) for run in runs)
+    steps = sum(len(run["tokens"]) for run in runs)
+    seconds = {name: sum(sum(run["step_s"][name]) for run in runs) for name in names}
+    first = names[0]
+    print(
+        f"{'configuration':<34}{'tok/s':>8}{'s/step':>8}{'vs first':>10}{'vs hub same':>12}"
+        f"{'per step vs hub same (q1 median q3)':>38}"
+    )
+    for name in names:
+        peer = same_setting_peer(name)
+        vs_same, quartiles = "-", "-"
+        if peer in seconds:
+            vs_same = f"{seconds[peer] / seconds[name]:.2f}x"
+            ratios = np.concatenate(
+                [np.array(run["step_s"][peer]) / np.array(run["step_s"][name]) for run in runs]
+            )
+            quartiles = "  ".join(f"{q:.2f}x" for q in np.percentile(ratios, [25, 50, 75]))
+        print(
+            f"{name:<34}{tokens / seconds[name]:>8.0f}{seconds[name] / steps:>8.2f}"
+            f"{seconds[first] / seconds[name]:>9.2f}x{vs_same:>12}{quartiles:>38}"
+        )
+
+
+def run_in_process(mode_args, batches_path, sizes, args, out):
+    """Runs this script with `mode_args` in a fresh process; its JSON result, or None."""
+    cmd = [sys.executable, os.path.abspath(__file__), *mode_args]
+    cmd += ["--batches", batches_path, "--vocab-sizes", ",".join(map(str, sizes))]
     cmd += ["--warmup", str(args.warmup), "--out", out]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
-        print(f"{name}: FAILED\n{proc.stderr[-2000:]}")
+        print(f"{' '.join(mode_args)}: FAILED\n{proc.stderr[-2000:]}")
         return None
     with open(out) as f:
         return json.load(f)
+
+
+def run_config_process(name, paths, sizes, args):
+    """Runs one configuration in a fresh process; its result dict, or None if it failed."""
+    out = os.path.join(args.cache, f"result_{name}.json")
+    batches = paths[CONFIGS[name]["batching"]]
+    return run_in_process(["--run-config", name], batches, sizes, args, out)
 
 
 def median_run(results):
@@ -285,7 +368,14 @@ def main(argv=None):
     parser.add_argument(
         "--rounds", type=int, default=1, help="runs of every configuration, order alternating"
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="train the configurations side by side in one process, alternating steps "
+        "(same batching and XLA setting, no mixed precision)",
+    )
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
+    parser.add_argument("--run-paired", help=argparse.SUPPRESS)
     parser.add_argument("--batches", help=argparse.SUPPRESS)
     parser.add_argument("--vocab-sizes", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -295,6 +385,23 @@ def main(argv=None):
         sizes = tuple(int(v) for v in args.vocab_sizes.split(","))
         run_config(args.run_config, args.batches, sizes, args.warmup, args.out)
         return
+    if args.run_paired:
+        sizes = tuple(int(v) for v in args.vocab_sizes.split(","))
+        run_paired(args.run_paired.split(","), args.batches, sizes, args.warmup, args.out)
+        return
+    names = args.configs.split(",")
+    unknown = [name for name in names if name not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configurations {unknown}; choose from {list(CONFIGS)}")
+    if args.paired:
+        if len(names) < 2:
+            parser.error("--paired needs at least two configurations")
+        # Side by side with graph-mode (no XLA) models, the XLA steps measured 15-25% slower
+        # than beside XLA models only, so a pairing must match in both settings.
+        if len({(CONFIGS[name]["batching"], CONFIGS[name]["jit"]) for name in names}) > 1:
+            parser.error("--paired configurations must use the same batching and XLA setting")
+        if any(CONFIGS[name]["mixed"] for name in names):
+            parser.error("--paired cannot mix precisions in one process; leave out *_bf16")
 
     import tensorflow as tf
 
@@ -326,7 +433,25 @@ def main(argv=None):
     print(
         f"vocabularies: pt {sizes[0]}, en {sizes[1]}; {args.steps} timed steps of {BATCH} sentences"
     )
-    names = args.configs.split(",")
+    if args.paired:
+        runs = []
+        for round_index in range(args.rounds):
+            # Alternate which model takes the first step of each pair, round by round.
+            order = names if round_index % 2 == 0 else names[::-1]
+            out = os.path.join(args.cache, f"result_paired_{round_index + 1}.json")
+            batches = paths[CONFIGS[names[0]]["batching"]]
+            run = run_in_process(["--run-paired", ",".join(order)], batches, sizes, args, out)
+            if run is None:
+                return
+            runs.append(run)
+            line = ", ".join(
+                f"{name} {sum(run['tokens']) / sum(run['step_s'][name]):.0f}" for name in names
+            )
+            print(f"  round {round_index + 1}: {line} tok/s", flush=True)
+        print()
+        report_paired(names, runs)
+        return
+
     runs = {name: [] for name in names}
     for round_index in range(args.rounds):
         # Alternate the order so that a slow spell of the shared machine hits every
@@ -349,9 +474,8 @@ def main(argv=None):
         f"{'vs hub padded':>14}{'vs hub same':>12}{'MFU':>7}{'RSS MB':>8}{'loss':>7}"
     )
     for name, r in results.items():
-        config = CONFIGS[name]
         ref = results.get("keras_hub_padded")
-        same = results.get(f"keras_hub_{config['batching']}{'_xla' if config['jit'] else ''}")
+        same = results.get(same_setting_peer(name))
         vs_ref = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "-"
         vs_same = f"{r['tokens_per_s'] / same['tokens_per_s']:.2f}x" if same else "-"
         print(
