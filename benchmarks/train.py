@@ -396,8 +396,8 @@ def main(argv=None):
     if args.paired:
         if len(names) < 2:
             parser.error("--paired needs at least two configurations")
-        # Side by side with graph-mode (no XLA) models, the XLA steps measured 15-25% slower
-        # than beside XLA models only, so a pairing must match in both settings.
+        # A pairing compares like with like: the ratio printed is to the KerasHub configuration
+        # with the same batches and XLA setting, run in the same process.
         if len({(CONFIGS[name]["batching"], CONFIGS[name]["jit"]) for name in names}) > 1:
             parser.error("--paired configurations must use the same batching and XLA setting")
         if any(CONFIGS[name]["mixed"] for name in names):
