@@ -39,6 +39,11 @@ class Transformer(keras.Model):
             instead of `keras.layers.Dropout`: the same Bernoulli masks from an
             integer hash, several times cheaper when the training step is
             XLA-compiled on CPU. Defaults to False.
+        skip_padding_logits: bool. In `fit` / `train_on_batch` without XLA,
+            project and score only the real (non-padding) target positions:
+            the same loss and gradients as the full `(batch, length, vocab)`
+            logits, without the work on padded rows (see `train_step`).
+            Defaults to True.
         **kwargs: base model arguments (`name`, `dtype`, ...).
 
     Example:
@@ -65,6 +70,7 @@ class Transformer(keras.Model):
         layer_norm_epsilon=1e-5,
         attention_dropout=0.0,
         hashed_dropout=False,
+        skip_padding_logits=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,6 +97,9 @@ class Transformer(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_dropout = attention_dropout
         self.hashed_dropout = hashed_dropout
+        self.skip_padding_logits = skip_padding_logits
+        # Set only while `train_step` traces the gathered path (see there).
+        self._real_positions = None
         common = dict(
             num_layers=num_layers,
             d_model=d_model,
@@ -155,7 +164,48 @@ class Transformer(keras.Model):
         if return_attention_scores:
             features, attention_scores = decoded
             return self.project(features), attention_scores
+        if training and self._real_positions is not None:
+            return self.project(tf.boolean_mask(decoded, self._real_positions))
         return self.project(decoded)
+
+    def train_step(self, data):
+        """Keras' training step, scoring only the real target positions.
+
+        The output projection and its softmax over the target vocabulary are
+        the largest single cost of a step, and a padded row costs as much as a
+        real one while the masked loss gives it zero weight. So when the loss
+        is this library's masked loss, this step gathers the labels' real
+        positions, and `call` projects only the decoder features there:
+        logits `(real_tokens, vocab)` against labels `(real_tokens,)`. Loss,
+        gradients and the masked metrics are the same as with full logits.
+
+        Keras' own step runs instead under XLA (`jit_compile`), whose static
+        shapes cannot hold a data-dependent count of tokens, with
+        `sample_weight`, with any other loss (it may count padding), or when
+        `skip_padding_logits=False`. Compiled metrics receive the gathered
+        labels and logits, so padding never reaches them.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if not self._can_skip_padding(y, sample_weight):
+            return super().train_step(data)
+        self._real_positions = y != masks.PAD_ID
+        try:
+            return super().train_step((x, tf.boolean_mask(y, self._real_positions)))
+        finally:
+            self._real_positions = None
+
+    def _can_skip_padding(self, y, sample_weight):
+        from keras_transformer.training import MaskedLoss, masked_loss
+
+        masked = isinstance(self.loss, MaskedLoss) or self.loss is masked_loss
+        return (
+            self.skip_padding_logits
+            and masked
+            and not self.jit_compile
+            and sample_weight is None
+            and isinstance(y, tf.Tensor)
+            and y.shape.rank == 2
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -175,6 +225,7 @@ class Transformer(keras.Model):
             layer_norm_epsilon=self.layer_norm_epsilon,
             attention_dropout=self.attention_dropout,
             hashed_dropout=self.hashed_dropout,
+            skip_padding_logits=self.skip_padding_logits,
         )
         return config
 

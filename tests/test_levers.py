@@ -144,3 +144,62 @@ def test_mixed_bfloat16_reaches_the_same_loss(baseline):
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="mixed_float16 needs a GPU")
 def test_mixed_float16_on_gpu_reaches_the_same_loss(baseline):
     np.testing.assert_allclose(mixed_precision_loss("mixed_float16"), baseline, rtol=0.1)
+
+
+def projected_ranks(model):
+    """Records the rank of every feature tensor the model projects to logits."""
+    ranks, project = [], model.project
+
+    def spy(features):
+        ranks.append(features.shape.rank)
+        return project(features)
+
+    model.project = spy
+    return ranks
+
+
+def test_skipping_padding_logits_trains_like_full_logits():
+    # The default step projects only real target positions; Keras' step with
+    # full logits must reach the same weights, loss and metrics.
+    from keras_transformer.training import MaskedAccuracy, TargetTokens
+
+    sources, targets = copy_task()
+    data = batches(sources, targets, bucketed=True)
+    runs = {}
+    for skip in (True, False):
+        model = make_model(skip_padding_logits=skip)
+        ranks = projected_ranks(model)
+        model.compile(
+            optimizer=keras.optimizers.Adam(3e-3),
+            loss=MaskedLoss(label_smoothing=0.1),
+            metrics=[MaskedAccuracy(), TargetTokens()],
+        )
+        logs = [model.train_on_batch(*data[step % len(data)], return_dict=True) for step in range(8)]
+        # (real tokens, d_model) features on the gathered path, (batch, length, d_model) otherwise.
+        assert set(ranks) == ({2} if skip else {3}), ranks
+        runs[skip] = logs, model.get_weights()
+    for got, want in zip(runs[True][0], runs[False][0]):
+        assert got["target_tokens"] == want["target_tokens"]
+        np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+        np.testing.assert_allclose(got["masked_accuracy"], want["masked_accuracy"], rtol=1e-6)
+    for got, want in zip(*(runs[skip][1] for skip in (True, False))):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["xla", "other_loss", "sample_weight"])
+def test_full_logits_where_skipping_padding_does_not_apply(case):
+    # XLA needs static shapes; another loss may count padding; per-example
+    # weights are Keras' business: all take Keras' own step.
+    sources, targets = copy_task(rows=16)
+    (s, t_in), t_out = batches(sources, targets, bucketed=False)[0]
+    model = make_model()
+    ranks = projected_ranks(model)
+    loss = (
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if case == "other_loss"
+        else MaskedLoss()
+    )
+    model.compile(optimizer="adam", loss=loss, jit_compile=case == "xla")
+    weights = np.ones(len(s), np.float32) if case == "sample_weight" else None
+    model.train_on_batch((s, t_in), t_out, sample_weight=weights)
+    assert set(ranks) == {3}, ranks
