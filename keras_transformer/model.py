@@ -195,6 +195,7 @@ class Transformer(keras.Model):
             self._real_positions = None
 
     def _can_skip_padding(self, y, sample_weight):
+        # Imported here: keras_transformer.training imports this module.
         from keras_transformer.training import MaskedLoss, masked_loss
 
         masked = isinstance(self.loss, MaskedLoss) or self.loss is masked_loss
