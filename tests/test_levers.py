@@ -1,10 +1,11 @@
 """Speed levers change speed, not what is learned.
 
-Each lever (XLA, length bucketing, mixed precision, hashed dropout) trains the same tiny model
-on the same copy task from the same initial weights; the loss it reaches must
-match the plain float32 run within a tolerance fitted to the lever (XLA only
-reorders float math; bfloat16 rounds to 8 bits of mantissa; bucketing groups
-the sentences differently; hashed dropout draws other masks). Timing lives in benchmarks/train.py.
+Each lever (XLA, length bucketing, mixed precision, hashed dropout, skipped
+padding logits) trains the same tiny model on the same copy task from the
+same initial weights; the loss it reaches must match the plain float32 run
+within a tolerance fitted to the lever (XLA only reorders float math; bfloat16
+rounds to 8 bits of mantissa; bucketing groups the sentences differently;
+hashed dropout draws other masks). Timing lives in benchmarks/train.py.
 """
 
 import keras
@@ -13,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.training import MaskedLoss, masked_loss
+from keras_transformer.training import MaskedAccuracy, MaskedLoss, TargetTokens, masked_loss
 
 VOCAB = 16
 STEPS = 40
@@ -161,8 +162,6 @@ def projected_ranks(model):
 def test_skipping_padding_logits_trains_like_full_logits():
     # The default step projects only real target positions; Keras' step with
     # full logits must reach the same weights, loss and metrics.
-    from keras_transformer.training import MaskedAccuracy, TargetTokens
-
     sources, targets = copy_task()
     data = batches(sources, targets, bucketed=True)
     runs = {}
@@ -174,7 +173,9 @@ def test_skipping_padding_logits_trains_like_full_logits():
             loss=MaskedLoss(label_smoothing=0.1),
             metrics=[MaskedAccuracy(), TargetTokens()],
         )
-        logs = [model.train_on_batch(*data[step % len(data)], return_dict=True) for step in range(8)]
+        logs = [
+            model.train_on_batch(*data[step % len(data)], return_dict=True) for step in range(8)
+        ]
         # (real tokens, d_model) features on the gathered path, (batch, length, d_model) otherwise.
         assert set(ranks) == ({2} if skip else {3}), ranks
         runs[skip] = logs, model.get_weights()
