@@ -53,9 +53,9 @@ def setup(
 CONFIGS = {
     "ours_default": setup("ours", "padded"),
     "ours_bucketed": setup("ours", "bucketed"),
-    # Keras' own step with full (batch, length, vocab) logits; the default steps
-    # without XLA project only the real target positions (skip_padding_logits).
-    "ours_bucketed_full_logits": setup("ours", "bucketed", skip_padding=False),
+    # Keras' own step on the padded batch; the default steps without XLA run on
+    # the real tokens only (Transformer(skip_padding=True)).
+    "ours_bucketed_padded_step": setup("ours", "bucketed", skip_padding=False),
     "ours_bucketed_hashed": setup("ours", "bucketed", hashed=True),
     "ours_bucketed_xla": setup("ours", "bucketed", jit=True),
     "ours_bucketed_xla_hashed": setup("ours", "bucketed", jit=True, hashed=True),
@@ -170,7 +170,7 @@ def build_model(config, vocab_sizes):
             max_length=MAX_TOKENS,
             hashed_dropout=config["hashed"],
             attention_dropout=config["attention_dropout"],
-            skip_padding_logits=config["skip_padding"],
+            skip_padding=config["skip_padding"],
             **HPARAMS,
         )
     else:

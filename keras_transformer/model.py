@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers import Decoder, Encoder, masks, validation
+from keras_transformer.layers import Decoder, Encoder, masks, packing, validation
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -39,11 +39,12 @@ class Transformer(keras.Model):
             instead of `keras.layers.Dropout`: the same Bernoulli masks from an
             integer hash, several times cheaper when the training step is
             XLA-compiled on CPU. Defaults to False.
-        skip_padding_logits: bool. In `fit` / `train_on_batch` without XLA,
-            project and score only the real (non-padding) target positions:
-            the same loss and gradients as the full `(batch, length, vocab)`
-            logits, without the work on padded rows (see `train_step`).
-            Defaults to True.
+        skip_padding: bool. In `fit` / `train_on_batch` without XLA, run every
+            per-token step (projections, feed-forward, layer norms, dropout,
+            vocabulary projection and loss) on the real tokens only, packed
+            (see `layers/packing.py`); attention still sees the padded layout.
+            The same loss and gradients as the padded batch, without the work
+            on padded positions (see `train_step`). Defaults to True.
         **kwargs: base model arguments (`name`, `dtype`, ...).
 
     Example:
@@ -70,7 +71,7 @@ class Transformer(keras.Model):
         layer_norm_epsilon=1e-5,
         attention_dropout=0.0,
         hashed_dropout=False,
-        skip_padding_logits=True,
+        skip_padding=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -97,8 +98,8 @@ class Transformer(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_dropout = attention_dropout
         self.hashed_dropout = hashed_dropout
-        self.skip_padding_logits = skip_padding_logits
-        # Set only while `train_step` traces the gathered path (see there).
+        self.skip_padding = skip_padding
+        # Set only while `train_step` traces the packed path (see there).
         self._real_positions = None
         common = dict(
             num_layers=num_layers,
@@ -153,6 +154,8 @@ class Transformer(keras.Model):
         context_ids, target_ids = inputs
         validation.check_token_ids("context_ids", context_ids)
         validation.check_token_ids("target_in_ids", target_ids)
+        if training and self._real_positions is not None:
+            return self._call_packed(context_ids, target_ids)
         context, context_mask = self.encode(context_ids, training=training)
         decoded = self.decoder(
             target_ids,
@@ -164,26 +167,37 @@ class Transformer(keras.Model):
         if return_attention_scores:
             features, attention_scores = decoded
             return self.project(features), attention_scores
-        if training and self._real_positions is not None:
-            return self.project(tf.boolean_mask(decoded, self._real_positions))
         return self.project(decoded)
 
-    def train_step(self, data):
-        """Keras' training step, scoring only the real target positions.
+    def _call_packed(self, context_ids, target_ids):
+        """Training logits `(real_labels, vocab)`, every block on packed real tokens."""
+        context_mask = masks.padding_mask(context_ids)
+        context = self.encoder(context_ids, training=True, packed=True)
+        decoded = self.decoder(
+            target_ids, context, context_mask=context_mask, training=True, packed=True
+        )
+        # The decoder's rows are the target inputs' real tokens; the labels'
+        # real positions are usually the same ones, but need not be.
+        features = packing.unpack(decoded, masks.padding_mask(target_ids))
+        return self.project(tf.boolean_mask(features, self._real_positions))
 
-        The output projection and its softmax over the target vocabulary are
-        the largest single cost of a step, and a padded row costs as much as a
-        real one while the masked loss gives it zero weight. So when the loss
-        is this library's masked loss, this step gathers the labels' real
-        positions, and `call` projects only the decoder features there:
-        logits `(real_tokens, vocab)` against labels `(real_tokens,)`. Loss,
-        gradients and the masked metrics are the same as with full logits.
+    def train_step(self, data):
+        """Keras' training step, on the real tokens only.
+
+        A padded position costs as much as a real one in every per-token step
+        (the projections, the feed-forward, the vocabulary projection and
+        its softmax), while the masked loss gives it zero weight and attention
+        masks it out. So when the loss is this library's masked loss, this
+        step gathers the labels' real positions, and `call` runs the encoder
+        and decoder on packed real tokens (`layers/packing.py`): logits
+        `(real_labels, vocab)` against labels `(real_labels,)`. Loss,
+        gradients and the masked metrics are those of the padded batch.
 
         Keras' own step runs instead under XLA (`jit_compile`), whose static
         shapes cannot hold a data-dependent count of tokens, with
         `sample_weight`, with any other loss (it may count padding), or when
-        `skip_padding_logits=False`. Compiled metrics receive the gathered
-        labels and logits, so padding never reaches them.
+        `skip_padding=False`. Compiled metrics receive the gathered labels and
+        logits, so padding never reaches them.
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if not self._can_skip_padding(y, sample_weight):
@@ -200,7 +214,7 @@ class Transformer(keras.Model):
 
         masked = isinstance(self.loss, MaskedLoss) or self.loss is masked_loss
         return (
-            self.skip_padding_logits
+            self.skip_padding
             and masked
             and not self.jit_compile
             and sample_weight is None
@@ -226,7 +240,7 @@ class Transformer(keras.Model):
             layer_norm_epsilon=self.layer_norm_epsilon,
             attention_dropout=self.attention_dropout,
             hashed_dropout=self.hashed_dropout,
-            skip_padding_logits=self.skip_padding_logits,
+            skip_padding=self.skip_padding,
         )
         return config
 

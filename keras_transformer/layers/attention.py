@@ -9,7 +9,7 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers import masks, validation
+from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.dropout import make_dropout
 
 # Large negative logit for masked keys. A finite value (not -inf) keeps a row
@@ -98,8 +98,14 @@ class BaseAttention(keras.layers.Layer):
 
     # -- pieces shared by the subclasses -------------------------------------
 
-    def split_heads(self, x):
-        """(batch, length, d_model) -> (batch, heads, length, head_size)."""
+    def split_heads(self, x, padding_mask=None):
+        """(batch, length, d_model) -> (batch, heads, length, head_size).
+
+        Packed features `(tokens, d_model)` are first put back into the padded
+        layout that `padding_mask` describes (see `packing.py`).
+        """
+        if packing.is_packed(x):
+            x = packing.unpack(x, padding_mask)
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
         x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
@@ -110,18 +116,29 @@ class BaseAttention(keras.layers.Layer):
         x = tf.transpose(x, [0, 2, 1, 3])
         return tf.reshape(x, [batch, length, self.d_model])
 
-    def project_key_value(self, x):
-        """Keys and values of `x`, split into heads: two `(b, h, len, head_size)`."""
-        return self.split_heads(self.key_dense(x)), self.split_heads(self.value_dense(x))
+    def project_key_value(self, x, padding_mask=None):
+        """Keys and values of `x`, split into heads: two `(b, h, len, head_size)`.
 
-    def attend(self, query_input, key, value, attention_mask=None, training=None):
+        `x` may be packed; `padding_mask` then gives its padded layout.
+        """
+        return (
+            self.split_heads(self.key_dense(x), padding_mask),
+            self.split_heads(self.value_dense(x), padding_mask),
+        )
+
+    def attend(self, query_input, key, value, attention_mask=None, training=None, query_mask=None):
         """Scaled dot-product attention of `query_input` over projected keys/values.
 
+        Packed queries `(tokens, d_model)` need `query_mask`, their padding
+        mask: they are projected as rows, attend in the padded layout, and the
+        output comes back packed the same way.
+
         Returns:
-            `(output, weights)`: output `(batch, queries, d_model)` before the
-            residual, weights `(batch, heads, queries, keys)` in float32.
+            `(output, weights)`: output `(batch, queries, d_model)` (or
+            `(tokens, d_model)`) before the residual, weights
+            `(batch, heads, queries, keys)` in float32.
         """
-        query = self.split_heads(self.query_dense(query_input))
+        query = self.split_heads(self.query_dense(query_input), query_mask)
         query = query * tf.cast(1.0 / math.sqrt(self.head_size), query.dtype)
         scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
         # Softmax in float32 whatever the compute dtype: float16 overflows.
@@ -131,6 +148,8 @@ class BaseAttention(keras.layers.Layer):
         weights = tf.nn.softmax(scores, axis=-1)
         dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
         output = self.merge_heads(tf.matmul(dropped, value))
+        if packing.is_packed(query_input):
+            output = packing.pack(output, query_mask)
         return self.output_dense(output), weights
 
     def normalize_input(self, x):
@@ -162,9 +181,11 @@ class GlobalSelfAttention(BaseAttention):
     """Self-attention where every position sees every real position (encoder).
 
     Call arguments:
-        x: tensor `(batch, length, d_model)`.
+        x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`:
+            the real tokens only (see `packing.py`); the output has the
+            same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens;
-            padded keys are never attended to.
+            padded keys are never attended to. Required with packed `x`.
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return the attention weights
             `(batch, heads, length, length)`.
@@ -176,11 +197,11 @@ class GlobalSelfAttention(BaseAttention):
     """
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
-        validation.check_features("x", x, self.d_model)
+        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
         mask = None if padding_mask is None else masks.key_mask(padding_mask)
         h = self.normalize_input(x)
-        key, value = self.project_key_value(h)
-        output, weights = self.attend(h, key, value, mask, training)
+        key, value = self.project_key_value(h, padding_mask)
+        output, weights = self.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.add_residual(x, output, training)
         return (y, weights) if return_attention_scores else y
 
@@ -195,9 +216,11 @@ class CausalSelfAttention(BaseAttention):
     a re-run of the whole prefix.
 
     Call arguments:
-        x: tensor `(batch, length, d_model)`.
+        x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
+            (see `packing.py`; not with a cache); the output has the same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens.
-            Ignored with a cache (generated prefixes hold no padding).
+            Required with packed `x`; ignored with a cache (generated
+            prefixes hold no padding).
         cache: optional `(key_cache, value_cache)`, each
             `(batch, heads, max_length, head_size)`, from `empty_cache`.
         cache_index: int scalar. Absolute position of `x[:, 0]`; required
@@ -224,10 +247,15 @@ class CausalSelfAttention(BaseAttention):
         training=None,
         return_attention_scores=False,
     ):
-        validation.check_features("x", x, self.d_model)
+        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
+        if cache is not None and packing.is_packed(x):
+            raise ValueError(
+                "With a key/value cache `x` must be (batch, length, d_model), not packed. "
+                f"Received shape {x.shape}"
+            )
         h = self.normalize_input(x)
-        key, value = self.project_key_value(h)
-        length = tf.shape(x)[1]
+        key, value = self.project_key_value(h, padding_mask)
+        length = tf.shape(key)[2]
         if cache is None:
             mask = masks.causal_mask(length, length)[None, :, :]
             if padding_mask is not None:
@@ -241,7 +269,7 @@ class CausalSelfAttention(BaseAttention):
             key, value = key_cache, value_cache
             cache = (key_cache, value_cache)
             mask = masks.causal_mask(length, tf.shape(key)[2], cache_index)[None, :, :]
-        output, weights = self.attend(h, key, value, mask, training)
+        output, weights = self.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.add_residual(x, output, training)
         results = (y,)
         if cache is not None:
@@ -267,12 +295,17 @@ class CrossAttention(BaseAttention):
     """Attention of decoder positions over the encoded source (the context).
 
     Call arguments:
-        x: tensor `(batch, target_length, d_model)`, the queries.
-        context: tensor `(batch, source_length, d_model)`, the encoder output.
+        x: tensor `(batch, target_length, d_model)`, the queries, or packed
+            `(tokens, d_model)` (see `packing.py`); the output has the same form.
+        context: tensor `(batch, source_length, d_model)`, the encoder output,
+            or packed `(source_tokens, d_model)`.
         context_mask: optional bool `(batch, source_length)`, True at real
             source tokens; padded source positions are never attended to.
+            Required with a packed `context`.
         context_key_value: optional `(key, value)` from `project_key_value`,
             computed once per source during decoding; `context` is then unused.
+        padding_mask: optional bool `(batch, target_length)`, True at real
+            target tokens: the layout of packed `x` (unused otherwise).
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return the attention weights
             `(batch, heads, target_length, source_length)`, e.g. for plotting.
@@ -284,18 +317,21 @@ class CrossAttention(BaseAttention):
         context=None,
         context_mask=None,
         context_key_value=None,
+        padding_mask=None,
         training=None,
         return_attention_scores=False,
     ):
-        validation.check_features("x", x, self.d_model)
+        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
         if context_key_value is None:
             if context is None:
                 raise ValueError("CrossAttention needs `context` or `context_key_value`.")
-            validation.check_features("context", context, self.d_model)
-            context_key_value = self.project_key_value(context)
+            validation.check_maybe_packed(
+                "context", context, self.d_model, context_mask, "context_mask"
+            )
+            context_key_value = self.project_key_value(context, context_mask)
         key, value = context_key_value
         mask = None if context_mask is None else masks.key_mask(context_mask)
         h = self.normalize_input(x)
-        output, weights = self.attend(h, key, value, mask, training)
+        output, weights = self.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.add_residual(x, output, training)
         return (y, weights) if return_attention_scores else y

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers import masks, validation
+from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
@@ -27,9 +27,12 @@ class DecoderLayer(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        x: tensor `(batch, target_length, d_model)`.
-        context: tensor `(batch, source_length, d_model)`, the encoder output.
-        padding_mask: optional bool `(batch, target_length)`.
+        x: tensor `(batch, target_length, d_model)`, or packed
+            `(tokens, d_model)` (see `packing.py`); the output has the same form.
+        context: tensor `(batch, source_length, d_model)`, the encoder output,
+            or packed `(source_tokens, d_model)`.
+        padding_mask: optional bool `(batch, target_length)`; required with
+            packed `x`.
         context_mask: optional bool `(batch, source_length)`, True at real
             source tokens.
         cache: optional self-attention `(key_cache, value_cache)`; see
@@ -118,6 +121,7 @@ class DecoderLayer(keras.layers.Layer):
             context=context,
             context_mask=context_mask,
             context_key_value=context_key_value,
+            padding_mask=padding_mask,
             training=training,
             return_attention_scores=True,
         )
@@ -178,14 +182,19 @@ class Decoder(keras.layers.Layer):
 
     Call arguments:
         token_ids: int tensor `(batch, target_length)`, 0 for padding.
-        context: tensor `(batch, source_length, d_model)`.
+        context: tensor `(batch, source_length, d_model)`, or packed
+            `(source_tokens, d_model)` (then `context_mask` is required).
         context_mask: optional bool `(batch, source_length)`.
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return a list with each layer's
             cross-attention weights `(batch, heads, target_length, source_length)`.
+        packed: bool. Run the blocks on the real target tokens only and
+            return them packed, `(tokens, d_model)` (see `packing.py`). Not
+            under XLA. Defaults to False.
 
     Returns:
-        tensor `(batch, target_length, d_model)` (and the weights if asked).
+        tensor `(batch, target_length, d_model)` or `(tokens, d_model)` (and
+        the weights if asked).
     """
 
     def __init__(
@@ -268,9 +277,13 @@ class Decoder(keras.layers.Layer):
         context_mask=None,
         training=None,
         return_attention_scores=False,
+        packed=False,
     ):
         padding_mask = masks.padding_mask(token_ids)
-        x = self.dropout(self.embedding(token_ids), training=training)
+        x = self.embedding(token_ids)
+        if packed:
+            x = packing.pack(x, padding_mask)
+        x = self.dropout(x, training=training)
         attention_scores = []
         for layer in self.dec_layers:
             x, weights = layer(

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers import masks, validation
+from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.attention import GlobalSelfAttention
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
@@ -27,8 +27,10 @@ class EncoderLayer(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        x: tensor `(batch, length, d_model)`.
-        padding_mask: optional bool `(batch, length)`, True at real tokens.
+        x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
+            (see `packing.py`); the output has the same form.
+        padding_mask: optional bool `(batch, length)`, True at real tokens;
+            required with packed `x`.
         training: bool. Enables dropout.
     """
 
@@ -123,9 +125,13 @@ class Encoder(keras.layers.Layer):
     Call arguments:
         token_ids: int tensor `(batch, source_length)`, 0 for padding.
         training: bool. Enables dropout.
+        packed: bool. Run the blocks on the real tokens only and return them
+            packed, `(tokens, d_model)` (see `packing.py`): the same values
+            at real positions without the per-token work on padding. Not
+            under XLA (data-dependent shapes). Defaults to False.
 
     Returns:
-        tensor `(batch, source_length, d_model)`.
+        tensor `(batch, source_length, d_model)`, or `(tokens, d_model)`.
 
     Example:
     >>> encoder = Encoder(num_layers=2, d_model=16, num_heads=2, dff=32, vocab_size=50)
@@ -203,9 +209,12 @@ class Encoder(keras.layers.Layer):
             self.final_layernorm.build(features)
         super().build(input_shape)
 
-    def call(self, token_ids, training=None):
+    def call(self, token_ids, training=None, packed=False):
         padding_mask = masks.padding_mask(token_ids)
-        x = self.dropout(self.embedding(token_ids), training=training)
+        x = self.embedding(token_ids)
+        if packed:
+            x = packing.pack(x, padding_mask)
+        x = self.dropout(x, training=training)
         for layer in self.enc_layers:
             x = layer(x, padding_mask=padding_mask, training=training)
         if self.final_layernorm is not None:

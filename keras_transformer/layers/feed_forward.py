@@ -25,7 +25,8 @@ class FeedForward(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        x: tensor `(batch, length, d_model)`.
+        x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
+            (the real tokens only, see `packing.py`): every step is per token.
         training: bool. Enables dropout.
 
     Example:
@@ -73,7 +74,8 @@ class FeedForward(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, x, training=None):
-        validation.check_features("x", x, self.d_model)
+        if x.shape.rank != 2:
+            validation.check_features("x", x, self.d_model)
         h = self.layernorm(x) if self.normalize_first else x
         h = self.dropout(self.output_dense(self.inner_dense(h)), training=training)
         y = x + h

@@ -40,5 +40,22 @@ def check_features(name, x, d_model=None):
         raise ValueError(
             f"`{name}` must have shape (batch, length, d_model). Received shape {x.shape}"
         )
+    _check_feature_size(name, x, d_model)
+
+
+def check_maybe_packed(name, x, d_model, mask, mask_name="padding_mask"):
+    """Features `(batch, length, d_model)`, or packed `(tokens, d_model)` with their mask."""
+    if x.shape.rank != 2:
+        check_features(name, x, d_model)
+        return
+    if mask is None:
+        raise ValueError(
+            f"`{name}` is packed (shape (tokens, d_model)): `{mask_name}` is required "
+            "to lay its tokens out in the batch."
+        )
+    _check_feature_size(name, x, d_model)
+
+
+def _check_feature_size(name, x, d_model):
     if d_model is not None and x.shape[-1] is not None and x.shape[-1] != d_model:
         raise ValueError(f"`{name}` has feature size {x.shape[-1]}, expected d_model={d_model}")

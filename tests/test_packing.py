@@ -1,0 +1,123 @@
+"""Packed tokens: every layer gives the real tokens the same values packed as padded.
+
+A packed tensor holds only the real tokens' rows (`layers/packing.py`). For
+each layer that accepts one, the packed output must equal the padded output at
+the real positions, so the training step may run on packed tokens alone.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.layers import packing
+from tests.helpers import assert_close
+
+D, H, DFF, VOCAB = 16, 4, 32, 40
+
+
+def features(batch=3, length=6, seed=0):
+    return np.random.default_rng(seed).normal(size=(batch, length, D)).astype("float32")
+
+
+def ragged_mask(lengths, length):
+    """Right-padded rows of the given real lengths (one row may be full, one nearly empty)."""
+    return np.arange(length)[None, :] < np.array(lengths)[:, None]
+
+
+TARGET_MASK = ragged_mask([6, 2, 4], 6)
+SOURCE_MASK = ragged_mask([3, 5, 1], 5)
+
+
+def test_pack_and_unpack_round_trip():
+    x = features()
+    packed = packing.pack(x, TARGET_MASK)
+    assert packed.shape == (TARGET_MASK.sum(), D)
+    # Row-major order of the real tokens.
+    assert_close(packed, x[TARGET_MASK])
+    unpacked = packing.unpack(packed, TARGET_MASK)
+    assert_close(unpacked, np.where(TARGET_MASK[..., None], x, 0.0))
+
+
+def packed_equals_padded(layer, x, mask, **kwargs):
+    padded = layer(x, padding_mask=mask, **kwargs)
+    packed = layer(packing.pack(x, mask), padding_mask=mask, **kwargs)
+    assert packed.shape == (mask.sum(), D)
+    assert_close(packed, np.asarray(padded)[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_self_attention_packed_equals_padded(normalize_first):
+    for cls in (kt.GlobalSelfAttention, kt.CausalSelfAttention):
+        layer = cls(d_model=D, num_heads=H, normalize_first=normalize_first)
+        packed_equals_padded(layer, features(), TARGET_MASK)
+
+
+def test_cross_attention_packed_queries_and_context_equal_padded():
+    layer = kt.CrossAttention(d_model=D, num_heads=H)
+    x, context = features(), features(length=5, seed=1)
+    padded = np.asarray(layer(x, context=context, context_mask=SOURCE_MASK))[TARGET_MASK]
+    packed_x = packing.pack(x, TARGET_MASK)
+    for ctx in (context, packing.pack(context, SOURCE_MASK)):
+        packed = layer(packed_x, context=ctx, context_mask=SOURCE_MASK, padding_mask=TARGET_MASK)
+        assert_close(packed, padded, atol=1e-5)
+
+
+def test_feed_forward_and_blocks_packed_equal_padded():
+    x, context = features(), features(length=5, seed=1)
+    ffn = kt.FeedForward(d_model=D, dff=DFF)
+    assert_close(ffn(packing.pack(x, TARGET_MASK)), np.asarray(ffn(x))[TARGET_MASK], atol=1e-6)
+    packed_equals_padded(kt.EncoderLayer(d_model=D, num_heads=H, dff=DFF), x, TARGET_MASK)
+    decoder_layer = kt.DecoderLayer(d_model=D, num_heads=H, dff=DFF)
+    packed_equals_padded(
+        decoder_layer,
+        x,
+        TARGET_MASK,
+        context=packing.pack(context, SOURCE_MASK),
+        context_mask=SOURCE_MASK,
+    )
+
+
+def test_encoder_and_decoder_packed_equal_padded():
+    sizes = dict(num_layers=2, d_model=D, num_heads=H, dff=DFF, vocab_size=VOCAB)
+    source = np.where(SOURCE_MASK, np.arange(1, 16).reshape(3, 5), 0)
+    target = np.where(TARGET_MASK, np.arange(2, 20).reshape(3, 6), 0)
+    encoder, decoder = kt.Encoder(**sizes), kt.Decoder(**sizes)
+    context = encoder(source)
+    packed_context = encoder(source, packed=True)
+    assert_close(packed_context, np.asarray(context)[SOURCE_MASK], atol=1e-5)
+    padded = decoder(target, context, context_mask=SOURCE_MASK)
+    packed = decoder(target, packed_context, context_mask=SOURCE_MASK, packed=True)
+    assert_close(packed, np.asarray(padded)[TARGET_MASK], atol=1e-5)
+
+
+def test_packed_input_needs_its_mask():
+    packed = packing.pack(features(), TARGET_MASK)
+    with pytest.raises(ValueError, match="padding_mask"):
+        kt.GlobalSelfAttention(d_model=D, num_heads=H)(packed)
+    with pytest.raises(ValueError, match="context_mask"):
+        kt.CrossAttention(d_model=D, num_heads=H)(
+            features(), context=packing.pack(features(length=5), SOURCE_MASK)
+        )
+    layer = kt.CausalSelfAttention(d_model=D, num_heads=H)
+    with pytest.raises(ValueError, match="not packed"):
+        layer(packed, padding_mask=TARGET_MASK, cache=layer.empty_cache(3, 8), cache_index=0)
+
+
+def test_packing_runs_in_a_graph_with_unknown_shapes():
+    # The training step traces once per batch shape; the token count is data-dependent.
+    layer = kt.EncoderLayer(d_model=D, num_heads=H, dff=DFF)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec((None, None, D), tf.float32),
+            tf.TensorSpec((None, None), tf.bool),
+        ]
+    )
+    def run(x, mask):
+        return layer(packing.pack(x, mask), padding_mask=mask)
+
+    x = features()
+    assert_close(
+        run(x, TARGET_MASK), np.asarray(layer(x, padding_mask=TARGET_MASK))[TARGET_MASK], atol=1e-5
+    )
