@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.dropout import make_dropout
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 # Large negative logit for masked keys. A finite value (not -inf) keeps a row
 # whose keys are all masked finite (uniform weights) instead of NaN; the
@@ -85,7 +86,7 @@ class BaseAttention(keras.layers.Layer):
         self.output_dropout = make_dropout(
             dropout_rate, hashed_dropout, self.dtype_policy, "output_dropout"
         )
-        self.layernorm = keras.layers.LayerNormalization(
+        self.layernorm = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
         )
 

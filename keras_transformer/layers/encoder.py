@@ -7,6 +7,7 @@ from keras_transformer.layers.attention import GlobalSelfAttention
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -193,7 +194,7 @@ class Encoder(keras.layers.Layer):
             for i in range(num_layers)
         ]
         self.final_layernorm = (
-            keras.layers.LayerNormalization(
+            LayerNormalization(
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_layernorm"
             )
             if normalize_first

@@ -4,6 +4,7 @@ import keras
 
 from keras_transformer.layers import validation
 from keras_transformer.layers.dropout import make_dropout
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -63,7 +64,7 @@ class FeedForward(keras.layers.Layer):
             d_model, dtype=self.dtype_policy, name="output_dense"
         )
         self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy, "dropout")
-        self.layernorm = keras.layers.LayerNormalization(
+        self.layernorm = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
         )
 
