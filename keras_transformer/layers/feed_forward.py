@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.layers import validation
+from keras_transformer.layers import packing, validation
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.layer_norm import LayerNormalization
 
@@ -75,7 +75,7 @@ class FeedForward(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, x, training=None):
-        if x.shape.rank != 2:
+        if not packing.is_packed(x):
             validation.check_features("x", x, self.d_model)
         h = self.layernorm(x) if self.normalize_first else x
         h = self.dropout(self.output_dense(self.inner_dense(h)), training=training)

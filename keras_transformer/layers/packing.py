@@ -17,7 +17,7 @@ import tensorflow as tf
 
 def is_packed(x):
     """True for packed features `(tokens, d_model)`, False for `(batch, length, d_model)`."""
-    return len(x.shape) == 2
+    return tf.TensorShape(x.shape).rank == 2
 
 
 def real_rows(padding_mask):

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from keras_transformer.layers import packing
+
 
 def check_positive(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -45,7 +47,7 @@ def check_features(name, x, d_model=None):
 
 def check_maybe_packed(name, x, d_model, mask, mask_name="padding_mask"):
     """Features `(batch, length, d_model)`, or packed `(tokens, d_model)` with their mask."""
-    if x.shape.rank != 2:
+    if not packing.is_packed(x):
         check_features(name, x, d_model)
         return
     if mask is None:
