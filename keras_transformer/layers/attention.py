@@ -9,12 +9,12 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers import masks, packing, validation
+from keras_transformer.layers import masks, packing, query_chunks, validation
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.layer_norm import LayerNormalization
 
-# Large negative logit for masked keys. A finite value (not -inf) keeps a row
-# whose keys are all masked finite (uniform weights) instead of NaN; the
+# Added to the logits of masked keys. A finite value (not -inf) keeps a row
+# whose keys are all masked finite (near-uniform weights) instead of NaN; the
 # softmax runs in float32, where exp(-1e9 - max) is exactly 0.
 _MASKED_LOGIT = -1e9
 
@@ -134,6 +134,9 @@ class BaseAttention(keras.layers.Layer):
         mask: they are projected as rows, attend in the padded layout, and the
         output comes back packed the same way.
 
+        On TensorFlow's CPU kernels long queries attend in chunks (see
+        `query_chunks.py`); the result is the same.
+
         Returns:
             `(output, weights)`: output `(batch, queries, d_model)` (or
             `(tokens, d_model)`) before the residual, weights
@@ -141,14 +144,30 @@ class BaseAttention(keras.layers.Layer):
         """
         query = self.split_heads(self.query_dense(query_input), query_mask)
         query = query * tf.cast(1.0 / math.sqrt(self.head_size), query.dtype)
-        scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
-        # Softmax in float32 whatever the compute dtype: float16 overflows.
-        scores = tf.cast(scores, tf.float32)
+        # The mask as an additive bias: inside `attend_in_chunks`' branches a
+        # boolean mask (kept for tf.where's gradient) trips TensorFlow's type
+        # inference warnings, and an addition is no slower.
+        bias = None
         if attention_mask is not None:
-            scores = tf.where(attention_mask[:, None, :, :], scores, _MASKED_LOGIT)
-        weights = tf.nn.softmax(scores, axis=-1)
-        dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
-        output = self.merge_heads(tf.matmul(dropped, value))
+            bias = (1.0 - tf.cast(attention_mask, tf.float32)) * _MASKED_LOGIT
+
+        def core(query, bias):
+            scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
+            # Softmax in float32 whatever the compute dtype: float16 overflows.
+            scores = tf.cast(scores, tf.float32)
+            if bias is not None:
+                scores = scores + bias[:, None, :, :]
+            weights = tf.nn.softmax(scores, axis=-1)
+            dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
+            return tf.matmul(dropped, value), weights
+
+        if query_chunks.worth_splitting():
+            output, weights = query_chunks.attend_in_chunks(
+                core, query, bias, tf.shape(key)[2], self.head_size
+            )
+        else:
+            output, weights = core(query, bias)
+        output = self.merge_heads(output)
         if packing.is_packed(query_input):
             output = packing.pack(output, query_mask)
         return self.output_dense(output), weights

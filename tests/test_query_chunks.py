@@ -1,0 +1,147 @@
+"""Attention in query chunks (`layers/query_chunks.py`) changes no number.
+
+On TensorFlow's CPU kernels long queries attend in chunks so that each batched
+matmul stays small enough to be spread over threads. Values and gradients must
+equal those of the unsplit attention, whether the lengths are known when the
+graph is traced (a static split) or not (a branch picked at run time).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.layers import query_chunks
+from tests.helpers import assert_close
+
+# Head size 16 as in the tutorial: products cross 128 * 128 at 33 keys.
+D, H = 32, 2
+NEEDS_CPU = pytest.mark.skipif(
+    bool(tf.config.list_logical_devices("GPU")), reason="query chunks apply on CPU only"
+)
+
+
+def ragged_mask(lengths, length):
+    return np.arange(length)[None, :] < np.array(lengths)[:, None]
+
+
+@pytest.mark.parametrize(
+    "query_length, key_length, head_size, count",
+    [
+        (32, 32, 16, 1),  # 32 * 32 * 16 = 128 * 128: on the line, not over it
+        (33, 33, 16, 2),
+        (48, 48, 16, 4),  # 21 rows a chunk: 3 chunks needed, 4 on offer
+        (104, 104, 16, 16),
+        (128, 128, 16, 16),
+        (8, 128, 16, 1),  # a short query over many keys
+        (200, 200, 16, 1),  # 16 chunks would still be over: left whole
+        (64, 64, 64, 16),
+        (128, 128, 64, 1),
+    ],
+)
+def test_chunk_count(query_length, key_length, head_size, count):
+    index = query_chunks.chunk_count_index(query_length, key_length, head_size)
+    assert query_chunks.CHUNK_COUNTS[int(index)] == count
+
+
+def test_even_sizes_cover_the_length():
+    sizes = query_chunks._even_sizes(tf.constant(50), 4).numpy()
+    assert sizes.tolist() == [13, 13, 12, 12]
+
+
+def attention_layers():
+    causal = kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0)
+    cross = kt.CrossAttention(d_model=D, num_heads=H, dropout_rate=0.0)
+    return causal, cross
+
+
+def run_both(causal, cross, x, x_mask, context, context_mask):
+    """Outputs, cross-attention weights and input gradients of both layers."""
+    with tf.GradientTape() as tape:
+        tape.watch([x, context])
+        y = causal(x, padding_mask=x_mask)
+        z, weights = cross(
+            y, context=context, context_mask=context_mask, return_attention_scores=True
+        )
+        loss = tf.reduce_sum(z * z)
+    return [z, weights, *tape.gradient(loss, [x, context])]
+
+
+@NEEDS_CPU
+@pytest.mark.parametrize("known_lengths", [True, False], ids=["static", "dynamic"])
+def test_chunked_attention_equals_whole(monkeypatch, known_lengths):
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(3, 50, D)), tf.float32)
+    context = tf.constant(rng.normal(size=(3, 45, D)), tf.float32)
+    x_mask = tf.constant(ragged_mask([50, 20, 37], 50))
+    context_mask = tf.constant(ragged_mask([45, 9, 30], 45))
+    causal, cross = attention_layers()
+    if known_lengths:
+        signature = None
+    else:
+        signature = [
+            tf.TensorSpec((None, None, D)),
+            tf.TensorSpec((None, None), tf.bool),
+            tf.TensorSpec((None, None, D)),
+            tf.TensorSpec((None, None), tf.bool),
+        ]
+
+    def traced():
+        return tf.function(lambda *a: run_both(causal, cross, *a), input_signature=signature)
+
+    chunked_fn = traced()
+    chunked = chunked_fn(x, x_mask, context, context_mask)
+    # The chunked graph really splits: 4 chunks of 2 batched matmuls each
+    # (forward) in both layers, where the whole attention has 2 per layer.
+    graph = chunked_fn.get_concrete_function(x, x_mask, context, context_mask).graph
+    ops = graph_op_types(graph.as_graph_def())
+    assert ops.count("BatchMatMulV2") >= 2 * 2 * 4
+    if not known_lengths:
+        assert "Case" in ops or "StatelessCase" in ops
+
+    monkeypatch.setattr(query_chunks, "worth_splitting", lambda: False)
+    whole = traced()(x, x_mask, context, context_mask)
+    for a, b in zip(chunked, whole):
+        assert_close(a, b, atol=2e-5)
+
+
+def graph_op_types(graph_def):
+    types = [node.op for node in graph_def.node]
+    for function in graph_def.library.function:
+        types += [node.op for node in function.node_def]
+    return types
+
+
+@NEEDS_CPU
+def test_no_chunks_under_xla():
+    seen = {}
+
+    @tf.function(jit_compile=True)
+    def compiled():
+        seen["xla"] = query_chunks.worth_splitting()
+        return tf.constant(0)
+
+    @tf.function
+    def plain():
+        seen["graph"] = query_chunks.worth_splitting()
+        return tf.constant(0)
+
+    compiled()
+    plain()
+    assert seen == {"xla": False, "graph": True}
+
+
+@NEEDS_CPU
+def test_decoding_steps_are_not_split():
+    """One query a step: the cached decoding graph holds no chunk branches."""
+    layer = kt.CausalSelfAttention(d_model=D, num_heads=H)
+    cache = layer.empty_cache(2, 64)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 1, D)), tf.TensorSpec((), tf.int32)])
+    def step(x, index):
+        return layer(x, cache=cache, cache_index=index)[0]
+
+    step(tf.zeros((2, 1, D)), tf.constant(0))
+    graph = step.get_concrete_function().graph
+    ops = graph_op_types(graph.as_graph_def())
+    assert "Case" not in ops and "StatelessCase" not in ops
