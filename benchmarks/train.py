@@ -36,7 +36,14 @@ BATCH = 64
 
 
 def setup(
-    model, batching, jit=False, mixed=False, hashed=False, attention_dropout=0.0, skip_padding=True
+    model,
+    batching,
+    jit=False,
+    mixed=False,
+    hashed=False,
+    attention_dropout=0.0,
+    skip_padding=True,
+    chunk_queries=False,
 ):
     """One configuration: which model, which batches, and which levers."""
     return dict(
@@ -47,6 +54,7 @@ def setup(
         hashed=hashed,
         attention_dropout=attention_dropout,
         skip_padding=skip_padding,
+        chunk_queries=chunk_queries,
     )
 
 
@@ -56,6 +64,8 @@ CONFIGS = {
     # Keras' own step on the padded batch; the default steps without XLA run on
     # the real tokens only (Transformer(skip_padding=True)).
     "ours_bucketed_padded_step": setup("ours", "bucketed", skip_padding=False),
+    # Long queries attend in chunks on TensorFlow's CPU kernels.
+    "ours_bucketed_chunked": setup("ours", "bucketed", chunk_queries=True),
     "ours_bucketed_hashed": setup("ours", "bucketed", hashed=True),
     "ours_bucketed_xla": setup("ours", "bucketed", jit=True),
     "ours_bucketed_xla_hashed": setup("ours", "bucketed", jit=True, hashed=True),
@@ -171,6 +181,7 @@ def build_model(config, vocab_sizes):
             hashed_dropout=config["hashed"],
             attention_dropout=config["attention_dropout"],
             skip_padding=config["skip_padding"],
+            chunk_queries=config["chunk_queries"],
             **HPARAMS,
         )
     else:

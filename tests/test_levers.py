@@ -1,7 +1,7 @@
 """Speed levers change speed, not what is learned.
 
 Each lever (XLA, length bucketing, mixed precision, hashed dropout, skipped
-padding) trains the same tiny model on the same copy task from the
+padding, query chunks) trains the same tiny model on the same copy task from the
 same initial weights; the loss it reaches must match the plain float32 run
 within a tolerance fitted to the lever (XLA only reorders float math; bfloat16
 rounds to 8 bits of mantissa; bucketing groups the sentences differently;
@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
+from keras_transformer.layers import query_chunks
 from keras_transformer.training import MaskedAccuracy, MaskedLoss, TargetTokens, masked_loss
 
 VOCAB = 16
@@ -225,3 +226,27 @@ def test_full_logits_where_skipping_padding_does_not_apply(case):
     weights = np.ones(len(s), np.float32) if case == "sample_weight" else None
     model.train_on_batch((s, t_in), t_out, sample_weight=weights)
     assert set(ranks) == {3}, ranks
+
+
+def test_query_chunks_train_like_whole_queries(monkeypatch):
+    # At 64 tokens and head size 8 each attention product is 64 * 64 * 8,
+    # twice TensorFlow's bound, so on CPU chunk_queries=True attends in two
+    # query chunks (layers/query_chunks.py); it must learn what whole queries do.
+    sources, targets = copy_task()
+    data = [
+        ((pad(s, 64), pad(t_in, 64)), pad(t_out, 64))
+        for (s, t_in), t_out in batches(sources, targets, bucketed=False)
+    ]
+    splits = []
+    even_sizes = query_chunks._even_sizes
+    monkeypatch.setattr(
+        query_chunks, "_even_sizes", lambda n, count: splits.append(count) or even_sizes(n, count)
+    )
+    whole = train(make_model(), data)
+    assert splits == []
+    chunked = train(make_model(chunk_queries=True), data)
+    if not tf.config.list_logical_devices("GPU"):
+        # Two chunks are on offer (with lengths unknown at trace time, so is
+        # every other count: the branch is picked at run time).
+        assert 2 in splits, splits
+    np.testing.assert_allclose(chunked, whole, rtol=1e-4)

@@ -1,9 +1,10 @@
 """Attention in query chunks (`layers/query_chunks.py`) changes no number.
 
-On TensorFlow's CPU kernels long queries attend in chunks so that each batched
-matmul stays small enough to be spread over threads. Values and gradients must
-equal those of the unsplit attention, whether the lengths are known when the
-graph is traced (a static split) or not (a branch picked at run time).
+With `chunk_queries=True`, on TensorFlow's CPU kernels long queries attend in
+chunks so that each batched matmul stays small enough to be spread over
+threads. Values and gradients must equal those of the unsplit attention,
+whether the lengths are known when the graph is traced (a static split) or not
+(a branch picked at run time).
 """
 
 import numpy as np
@@ -50,8 +51,8 @@ def test_even_sizes_cover_the_length():
 
 
 def attention_layers():
-    causal = kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0)
-    cross = kt.CrossAttention(d_model=D, num_heads=H, dropout_rate=0.0)
+    causal = kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0, chunk_queries=True)
+    cross = kt.CrossAttention(d_model=D, num_heads=H, dropout_rate=0.0, chunk_queries=True)
     return causal, cross
 
 
@@ -134,7 +135,7 @@ def test_no_chunks_under_xla():
 @NEEDS_CPU
 def test_decoding_steps_are_not_split():
     """One query a step: the cached decoding graph holds no chunk branches."""
-    layer = kt.CausalSelfAttention(d_model=D, num_heads=H)
+    layer = kt.CausalSelfAttention(d_model=D, num_heads=H, chunk_queries=True)
     cache = layer.empty_cache(2, 64)
 
     @tf.function(input_signature=[tf.TensorSpec((None, 1, D)), tf.TensorSpec((), tf.int32)])
@@ -145,3 +146,20 @@ def test_decoding_steps_are_not_split():
     graph = step.get_concrete_function().graph
     ops = graph_op_types(graph.as_graph_def())
     assert "Case" not in ops and "StatelessCase" not in ops
+
+
+def test_the_switch_reaches_every_attention_layer():
+    def switches(model):
+        return {
+            layer.chunk_queries
+            for layer in model._flatten_layers()
+            if isinstance(layer, kt.layers.BaseAttention)
+        }
+
+    kwargs = dict(
+        num_layers=2, d_model=D, num_heads=H, dff=32, input_vocab_size=20, target_vocab_size=20
+    )
+    assert switches(kt.Transformer(**kwargs)) == {False}
+    model = kt.Transformer(chunk_queries=True, **kwargs)
+    assert switches(model) == {True}
+    assert kt.Transformer.from_config(model.get_config()).chunk_queries is True

@@ -46,6 +46,10 @@ class BaseAttention(keras.layers.Layer):
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
         hashed_dropout: bool. Draw dropout masks with `HashedDropout`, much
             cheaper under XLA on CPU. Defaults to False (`keras.layers.Dropout`).
+        chunk_queries: bool. On TensorFlow's CPU kernels (no GPU, no XLA),
+            let long queries attend in chunks small enough for the batched
+            matmul to use every thread (`query_chunks.py`); same results,
+            longer tracing. Defaults to False.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
     """
 
@@ -58,6 +62,7 @@ class BaseAttention(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
+        chunk_queries=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -71,6 +76,7 @@ class BaseAttention(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
         self.head_size = d_model // num_heads
 
         def dense(name):
@@ -161,7 +167,7 @@ class BaseAttention(keras.layers.Layer):
             dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
             return tf.matmul(dropped, value), weights
 
-        if query_chunks.worth_splitting():
+        if self.chunk_queries and query_chunks.worth_splitting():
             output, weights = query_chunks.attend_in_chunks(
                 core, query, bias, tf.shape(key)[2], self.head_size
             )
@@ -189,6 +195,7 @@ class BaseAttention(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
         )
         return config
 

@@ -25,6 +25,8 @@ class DecoderLayer(keras.layers.Layer):
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
         hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
             XLA on CPU). Defaults to False (`keras.layers.Dropout`).
+        chunk_queries: bool. Long queries attend in chunks on TensorFlow's
+            CPU kernels (see `BaseAttention`). Defaults to False.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -58,6 +60,7 @@ class DecoderLayer(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
+        chunk_queries=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -70,6 +73,7 @@ class DecoderLayer(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
         common = dict(
             dropout_rate=dropout_rate,
             layer_norm_epsilon=layer_norm_epsilon,
@@ -81,6 +85,7 @@ class DecoderLayer(keras.layers.Layer):
             d_model,
             num_heads,
             attention_dropout=attention_dropout,
+            chunk_queries=chunk_queries,
             name="causal_self_attention",
             **common,
         )
@@ -88,6 +93,7 @@ class DecoderLayer(keras.layers.Layer):
             d_model,
             num_heads,
             attention_dropout=attention_dropout,
+            chunk_queries=chunk_queries,
             name="cross_attention",
             **common,
         )
@@ -149,6 +155,7 @@ class DecoderLayer(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
         )
         return config
 
@@ -177,7 +184,7 @@ class Decoder(keras.layers.Layer):
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest target sequence. Defaults to 2048.
         attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout:
+        hashed_dropout, chunk_queries:
             as for DecoderLayer.
         **kwargs: base layer arguments.
 
@@ -212,6 +219,7 @@ class Decoder(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
+        chunk_queries=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -231,6 +239,7 @@ class Decoder(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
         self.embedding = PositionalEmbedding(
             vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
         )
@@ -246,6 +255,7 @@ class Decoder(keras.layers.Layer):
                 layer_norm_epsilon=layer_norm_epsilon,
                 normalize_first=normalize_first,
                 hashed_dropout=hashed_dropout,
+                chunk_queries=chunk_queries,
                 dtype=self.dtype_policy,
                 name=f"decoder_layer_{i}",
             )
@@ -364,5 +374,6 @@ class Decoder(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
         )
         return config

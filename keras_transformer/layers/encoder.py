@@ -25,6 +25,8 @@ class EncoderLayer(keras.layers.Layer):
         normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
         hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
             XLA on CPU). Defaults to False (`keras.layers.Dropout`).
+        chunk_queries: bool. Long queries attend in chunks on TensorFlow's
+            CPU kernels (see `BaseAttention`). Defaults to False.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -46,6 +48,7 @@ class EncoderLayer(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
+        chunk_queries=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -58,6 +61,7 @@ class EncoderLayer(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
         common = dict(
             dropout_rate=dropout_rate,
             layer_norm_epsilon=layer_norm_epsilon,
@@ -69,6 +73,7 @@ class EncoderLayer(keras.layers.Layer):
             d_model,
             num_heads,
             attention_dropout=attention_dropout,
+            chunk_queries=chunk_queries,
             name="self_attention",
             **common,
         )
@@ -98,6 +103,7 @@ class EncoderLayer(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
         )
         return config
 
@@ -119,7 +125,7 @@ class Encoder(keras.layers.Layer):
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest source sequence. Defaults to 2048.
         attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout:
+        hashed_dropout, chunk_queries:
             as for EncoderLayer.
         **kwargs: base layer arguments.
 
@@ -154,6 +160,7 @@ class Encoder(keras.layers.Layer):
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
+        chunk_queries=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -173,6 +180,7 @@ class Encoder(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
         self.embedding = PositionalEmbedding(
             vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
         )
@@ -188,6 +196,7 @@ class Encoder(keras.layers.Layer):
                 layer_norm_epsilon=layer_norm_epsilon,
                 normalize_first=normalize_first,
                 hashed_dropout=hashed_dropout,
+                chunk_queries=chunk_queries,
                 dtype=self.dtype_policy,
                 name=f"encoder_layer_{i}",
             )
@@ -240,5 +249,6 @@ class Encoder(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
         )
         return config
