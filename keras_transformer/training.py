@@ -226,6 +226,9 @@ class TrainConfig:
     jit_compile: str = "auto"  # "auto", "true" or "false"
     # Dropout masks from an integer hash (HashedDropout): much cheaper under XLA on CPU.
     hashed_dropout: bool = False
+    # Long queries attend in chunks on TensorFlow's CPU kernels (layers/query_chunks.py):
+    # faster from 33 tokens at head size 16, slower first trace.
+    chunk_queries: bool = False
     mixed_precision: str = "none"  # "none", "float16" or "bfloat16"
     strategy: str = "default"  # "default", "mirrored", "multi_worker" or "tpu" (distribute.py)
     seed: int = 0
@@ -561,11 +564,13 @@ def train(
     dtype = {"none": None, "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
     jit_compile = {"auto": "auto", "true": True, "false": False}[config.jit_compile]
     with _strategy(config.strategy).scope():
-        # hashed_dropout changes how masks are drawn, not the model: it stays out of
-        # config.json's "model", so a run may resume with it switched.
+        # hashed_dropout and chunk_queries change how the step computes, not the
+        # model: they stay out of config.json's "model", so a run may resume with
+        # them switched.
         model = Transformer(
             **model_kwargs,
             hashed_dropout=config.hashed_dropout,
+            chunk_queries=config.chunk_queries,
             dtype=dtype[config.mixed_precision],
         )
         model.compile(
