@@ -140,8 +140,8 @@ class BaseAttention(keras.layers.Layer):
         mask: they are projected as rows, attend in the padded layout, and the
         output comes back packed the same way.
 
-        On TensorFlow's CPU kernels long queries attend in chunks (see
-        `query_chunks.py`); the result is the same.
+        With `chunk_queries`, on TensorFlow's CPU kernels long queries attend
+        in chunks (see `query_chunks.py`); the result is the same.
 
         Returns:
             `(output, weights)`: output `(batch, queries, d_model)` (or
