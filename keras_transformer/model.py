@@ -49,7 +49,7 @@ class Transformer(keras.Model):
             long queries attend in chunks small enough for TensorFlow's
             batched matmul to use every thread (see `layers/query_chunks.py`);
             the same results, faster from 33 tokens at head size 16, but
-            the first step traces about 2x longer (five graph branches per
+            the first step traces about 3x longer (five graph branches per
             attention layer, for lengths known only at run time).
             Defaults to False.
         **kwargs: base model arguments (`name`, `dtype`, ...).
