@@ -9,6 +9,11 @@ def assert_close(a, b, atol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=0)
 
 
+def ragged_mask(lengths, length):
+    """Right-padded rows of the given real lengths (one row may be full, one nearly empty)."""
+    return np.arange(length)[None, :] < np.array(lengths)[:, None]
+
+
 def token_ids(batch, length, vocab_size, seed=0, pad_tail=0):
     """Random non-padding ids in [1, vocab_size) with `pad_tail` trailing zeros per row."""
     rng = np.random.default_rng(seed)

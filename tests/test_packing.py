@@ -11,18 +11,13 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import packing
-from tests.helpers import assert_close
+from tests.helpers import assert_close, ragged_mask
 
 D, H, DFF, VOCAB = 16, 4, 32, 40
 
 
 def features(batch=3, length=6, seed=0):
     return np.random.default_rng(seed).normal(size=(batch, length, D)).astype("float32")
-
-
-def ragged_mask(lengths, length):
-    """Right-padded rows of the given real lengths (one row may be full, one nearly empty)."""
-    return np.arange(length)[None, :] < np.array(lengths)[:, None]
 
 
 TARGET_MASK = ragged_mask([6, 2, 4], 6)

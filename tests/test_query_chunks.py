@@ -13,17 +13,13 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import query_chunks
-from tests.helpers import assert_close
+from tests.helpers import assert_close, ragged_mask
 
 # Head size 16 as in the tutorial: products cross 128 * 128 at 33 keys.
 D, H = 32, 2
 NEEDS_CPU = pytest.mark.skipif(
     bool(tf.config.list_logical_devices("GPU")), reason="query chunks apply on CPU only"
 )
-
-
-def ragged_mask(lengths, length):
-    return np.arange(length)[None, :] < np.array(lengths)[:, None]
 
 
 @pytest.mark.parametrize(
