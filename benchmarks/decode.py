@@ -32,8 +32,9 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import Transformer
+from keras_transformer.constants import START_ID
 from keras_transformer.export import export_translator
-from keras_transformer.tokenizers import START_ID, Tokenizer, learn_vocabulary
+from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
 from keras_transformer.translator import TEXT_SPEC, Translator
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora" / "ted_pt_en"

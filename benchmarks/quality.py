@@ -80,6 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from keras_transformer import evaluation, export, training
+    from keras_transformer import run_dir as run_dir_lib
     from keras_transformer.run_dir import load_model
 
     setup = SETUPS[args.corpus]
@@ -97,9 +98,9 @@ def main() -> None:
     started = time.time()
     if not args.eval_only:
         training.train(config, run_dir, verbose=2)
-    train_seconds = sum(e.get("epoch_seconds", 0.0) for e in training.read_history(run_dir))
+    train_seconds = sum(e.get("epoch_seconds", 0.0) for e in run_dir_lib.read_history(run_dir))
     print(
-        f"training: {train_seconds / 60:.1f} min over {len(training.read_history(run_dir))} "
+        f"training: {train_seconds / 60:.1f} min over {len(run_dir_lib.read_history(run_dir))} "
         f"epochs (this call: {(time.time() - started) / 60:.1f} min)"
     )
 
@@ -118,7 +119,7 @@ def main() -> None:
         )
         print(f"{label}: {evaluation.summary_line(result)}")
         results[label] = result
-    history = training.read_history(run_dir)
+    history = run_dir_lib.read_history(run_dir)
     summary = {
         "corpus": args.corpus,
         "parameters": int(load_model(run_dir).count_params()),

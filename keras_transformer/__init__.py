@@ -1,5 +1,6 @@
 """keras_transformer: the encoder-decoder Transformer as Keras 3 layers on TensorFlow."""
 
+from keras_transformer.config import TrainConfig
 from keras_transformer.layers import (
     BaseAttention,
     CausalSelfAttention,
@@ -14,7 +15,11 @@ from keras_transformer.layers import (
     PositionalEmbedding,
     positional_encoding,
 )
+from keras_transformer.losses import MaskedLoss, masked_loss
+from keras_transformer.metrics import MaskedAccuracy, masked_accuracy
 from keras_transformer.model import Transformer
+from keras_transformer.schedules import CustomSchedule, WarmupSchedule, make_optimizer
+from keras_transformer.training import train
 
 __version__ = "0.1.0"
 
@@ -22,6 +27,7 @@ __all__ = [
     "BaseAttention",
     "CausalSelfAttention",
     "CrossAttention",
+    "CustomSchedule",
     "Decoder",
     "DecoderLayer",
     "Encoder",
@@ -29,8 +35,16 @@ __all__ = [
     "FeedForward",
     "GlobalSelfAttention",
     "HashedDropout",
+    "MaskedAccuracy",
+    "MaskedLoss",
     "PositionalEmbedding",
+    "TrainConfig",
     "Transformer",
+    "WarmupSchedule",
+    "make_optimizer",
+    "masked_accuracy",
+    "masked_loss",
     "positional_encoding",
+    "train",
     "__version__",
 ]

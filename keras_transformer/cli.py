@@ -124,8 +124,10 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 def _run_demo(args: argparse.Namespace) -> int:
     from keras_transformer import data
+    from keras_transformer.data import load_corpus
+    from keras_transformer.demo import DEMO_SETTINGS
     from keras_transformer.export import export_run, load_translator, translate_texts
-    from keras_transformer.training import DEMO_SETTINGS, load_corpus, train
+    from keras_transformer.training import train
 
     config = _config_from_args(args, base=DEMO_SETTINGS)
     print(

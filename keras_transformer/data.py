@@ -19,8 +19,13 @@ import os
 import random
 import socket
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
+from num2words import num2words
+
+if TYPE_CHECKING:  # for annotations only: the config module imports the model
+    from keras_transformer.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +51,6 @@ def demo_corpus(
         seed: random seed.
         source_lang, target_lang: num2words language codes ("en", "pt", "de", ...).
     """
-    from num2words import num2words
-
     if not 0 < num_pairs <= 1_000_000:
         raise ValueError(f"num_pairs must be in 1..1000000. Received: num_pairs={num_pairs}")
     rng = random.Random(seed)
@@ -186,6 +189,7 @@ def load_tfds(
     and with no prepared copy in `data_dir`, it fails at once rather than
     retrying downloads for minutes.
     """
+    # Imported here: tensorflow-datasets takes seconds to import and only this loader needs it.
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=data_dir)
@@ -331,5 +335,29 @@ def split_pairs(pairs: Sequence[Pair], fraction: float, seed: int = 0) -> tuple[
     return train, val
 
 
-def texts(pairs: Iterable[Pair], side: int) -> list[str]:
+def texts(pairs: Iterable[Pair] | tf.data.Dataset, side: int) -> list[str] | tf.data.Dataset:
+    """One side (0: source, 1: target) of `pairs`: strings, or a dataset of them."""
+    if isinstance(pairs, tf.data.Dataset):
+        return pairs.map(lambda *pair: pair[side])
     return [pair[side] for pair in pairs]
+
+
+# ----------------------------------------------------------------------------- a run's corpus
+
+
+def load_corpus(config: TrainConfig) -> tuple[object, object]:
+    """(train, validation) pairs of a training run: lists, or string datasets for tfds."""
+    if config.corpus == "tfds":
+        return load_tfds(config.tfds_name, "train"), load_tfds(config.tfds_name, "validation")
+    if config.corpus == "demo":
+        source_lang, target_lang = config.demo_languages.split("-")
+        pairs = demo_corpus(config.demo_pairs, config.seed, source_lang, target_lang)
+    elif config.corpus == "files":
+        pairs = read_parallel_files(config.src, config.tgt)
+    else:
+        pairs = read_tsv(config.tsv)
+    if config.val_src:
+        return pairs, read_parallel_files(config.val_src, config.val_tgt)
+    if config.val_tsv:
+        return pairs, read_tsv(config.val_tsv)
+    return split_pairs(pairs, config.val_fraction, config.seed)

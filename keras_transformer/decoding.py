@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-PAD_ID, START_ID, END_ID = 0, 2, 3
+from keras_transformer.constants import END_ID, PAD_ID, START_ID
 
 _NEG_INF = float("-inf")
 

@@ -13,6 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
+from tqdm.auto import tqdm
+
+from keras_transformer.export import load_translator, translate_texts
 
 DEFAULT_TOKENIZE = "13a"
 
@@ -64,8 +67,6 @@ def saved_model_translate_fn(
 
     Greedy search through `serving_default`, or beam search of `beam_width`.
     """
-    from keras_transformer.export import load_translator, translate_texts
-
     saved_model = load_translator(model_path)
 
     def translate(batch: list[str]) -> list[str]:
@@ -99,8 +100,6 @@ def evaluate(
     Returns:
         the dict of `score`, plus where the outputs were written.
     """
-    from tqdm.auto import tqdm
-
     if isinstance(sources, (str, os.PathLike)):
         sources = read_lines(sources)
     if isinstance(references, (str, os.PathLike)):

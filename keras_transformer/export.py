@@ -19,7 +19,9 @@ import tempfile
 from pathlib import Path
 
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
+from keras_transformer.run_dir import load_run
 from keras_transformer.translator import TEXT_SPEC, Translator
 
 DEFAULT_EXPORT_ROOT = "saved_models"
@@ -125,8 +127,6 @@ def export_run(
     **translator_kwargs,
 ) -> Path:
     """Exports the best checkpoint of a training run directory (see `run_dir.py`)."""
-    from keras_transformer.run_dir import load_run
-
     model, source_tokenizer, target_tokenizer, _ = load_run(run_dir)
     return export_translator(
         model,
@@ -141,8 +141,6 @@ def export_run(
 
 def load_translator(path: str | os.PathLike):
     """The exported SavedModel at `path` (a version directory or a model directory)."""
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-
     return tf.saved_model.load(str(latest_version_dir(path)))
 
 

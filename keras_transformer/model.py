@@ -3,7 +3,22 @@
 import keras
 import tensorflow as tf
 
+from keras_transformer import losses
+from keras_transformer.constants import PAD_ID
 from keras_transformer.layers import Decoder, Encoder, masks, packing, validation
+
+# The model's own options beyond the block options (`layers.options.BLOCK_OPTIONS`),
+# with their defaults.
+MODEL_OPTIONS = {
+    "max_length": 2048,
+    "tie_embeddings": False,
+    "share_embeddings": False,
+    "skip_padding": True,
+}
+
+# Options that change how a training step computes, not the model it trains: they
+# stay out of a run's config.json "model", so a run may resume with them switched.
+STEP_OPTIONS = ("hashed_dropout", "chunk_queries", "skip_padding")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -212,20 +227,16 @@ class Transformer(keras.Model):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if not self._can_skip_padding(y, sample_weight):
             return super().train_step(data)
-        self._real_positions = y != masks.PAD_ID
+        self._real_positions = y != PAD_ID
         try:
             return super().train_step((x, tf.boolean_mask(y, self._real_positions)))
         finally:
             self._real_positions = None
 
     def _can_skip_padding(self, y, sample_weight):
-        # Imported here: keras_transformer.training imports this module.
-        from keras_transformer.training import MaskedLoss, masked_loss
-
-        masked = isinstance(self.loss, MaskedLoss) or self.loss is masked_loss
         return (
             self.skip_padding
-            and masked
+            and losses.ignores_padding(self.loss)
             and not self.jit_compile
             and sample_weight is None
             and isinstance(y, tf.Tensor)

@@ -22,6 +22,9 @@ if not os.environ.get("MPLBACKEND"):
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from keras_transformer.layers import positional_encoding  # noqa: E402
+from keras_transformer.schedules import WarmupSchedule  # noqa: E402
+
 
 def _save(fig, path):
     if path is not None:
@@ -31,8 +34,6 @@ def _save(fig, path):
 
 def plot_positional_encoding(length: int = 128, depth: int = 128, path=None):
     """Heat map of the sinusoidal encoding: positions down, dimensions across."""
-    from keras_transformer.layers import positional_encoding
-
     encoding = positional_encoding(length, depth)
     fig, ax = plt.subplots(figsize=(8, 5))
     image = ax.pcolormesh(encoding, cmap="RdBu", vmin=-1, vmax=1)
@@ -45,8 +46,6 @@ def plot_positional_encoding(length: int = 128, depth: int = 128, path=None):
 
 def plot_learning_rate(d_model: int = 128, warmup_steps: int = 4000, steps: int = 40000, path=None):
     """The warmup schedule's learning rate over `steps` training steps."""
-    from keras_transformer.training import WarmupSchedule
-
     schedule = WarmupSchedule(d_model, warmup_steps)
     x = np.arange(steps)
     fig, ax = plt.subplots(figsize=(7, 4))

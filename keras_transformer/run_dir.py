@@ -20,6 +20,11 @@ import json
 import os
 from pathlib import Path
 
+import keras
+
+from keras_transformer import model as _model  # noqa: F401  (registers the layers for loading)
+from keras_transformer.tokenizers import Tokenizer
+
 CONFIG_FILE = "config.json"
 SOURCE_VOCAB_FILE = "vocab_source.txt"
 TARGET_VOCAB_FILE = "vocab_target.txt"
@@ -32,24 +37,41 @@ HISTORY_FILE = "history.json"
 CURVES_FILE = "training_curves.png"
 
 
+def write_json_atomically(path: Path, value, **dump_options) -> Path:
+    """Writes `value` as JSON under a temporary name, then renames it into place.
+
+    A kill mid-write leaves the old file or the new one, never half of one.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, **dump_options) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 def write_config(run_dir: str | os.PathLike, config: dict) -> Path:
     path = Path(run_dir) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return path
+    return write_json_atomically(path, config, indent=2, sort_keys=True)
 
 
 def read_config(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: {path} is missing.")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+
+
+def read_history(run_dir: str | os.PathLike) -> list[dict]:
+    """history.json: one dict per completed epoch ("epoch" counts from 1)."""
+    path = Path(run_dir) / HISTORY_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
 
 
 def load_tokenizers(run_dir: str | os.PathLike):
     """The run's (source, target) tokenizers."""
-    from keras_transformer.tokenizers import Tokenizer
-
     settings = read_config(run_dir).get("tokenizer", {})
     run_dir = Path(run_dir)
     return (
@@ -60,10 +82,6 @@ def load_tokenizers(run_dir: str | os.PathLike):
 
 def load_model(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
     """The run's Transformer from `checkpoint` (best by validation loss by default)."""
-    import keras
-
-    import keras_transformer  # noqa: F401  (registers the layers for deserialization)
-
     path = Path(run_dir) / checkpoint
     if not path.is_file():
         raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")

@@ -14,9 +14,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_learner
 
-PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
-RESERVED_TOKENS = [PAD, UNK, START, END]
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID, UNK, UNK_ID
 
 
 def normalize_text(strings, lower_case=True, normalization_form="NFC"):

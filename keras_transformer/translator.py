@@ -14,7 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.tokenizers import END_ID, START_ID
+from keras_transformer.constants import END_ID, START_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")

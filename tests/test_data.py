@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import data
-from keras_transformer.tokenizers import END_ID, START_ID
+from keras_transformer.constants import END_ID, START_ID
 
 
 def test_demo_corpus_is_deterministic_distinct_and_bilingual():

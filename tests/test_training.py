@@ -175,7 +175,7 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     ):
         assert (tmp_path / name).is_file(), name
     assert any((tmp_path / run_dir.LOG_DIR).rglob("events.out.tfevents*"))
-    entries = training.read_history(tmp_path)
+    entries = run_dir.read_history(tmp_path)
     assert [e["epoch"] for e in entries] == [1, 2, 3]
     assert all(e["target_tokens_per_second"] > 0 for e in entries)
     model, source, target, config = run_dir.load_run(tmp_path)
@@ -234,7 +234,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     started = _epochs_started(second.stdout)
     # It picks up after the backed-up epoch instead of starting again from epoch 1.
     assert started[0] == backed_up + 1 and started[-1] == 5, started
-    entries = training.read_history(tmp_path / "run")
+    entries = run_dir.read_history(tmp_path / "run")
     assert [e["epoch"] for e in entries] == list(range(1, 6))
     # The optimizer state came back too: the step count (and so the learning
     # rate) goes on from the backed-up epoch instead of restarting at 0.

@@ -10,7 +10,7 @@ by attention, see DESIGN.md).
 
 from keras import ops
 
-PAD_ID = 0
+from keras_transformer.constants import PAD_ID
 
 
 def padding_mask(token_ids):

@@ -1,0 +1,71 @@
+"""The options every Transformer block takes, written once.
+
+`Transformer`, `Encoder`, `Decoder`, `EncoderLayer` and `DecoderLayer` accept
+these as keyword arguments, store them under their own names, forward them to
+their blocks in one go and list them in `get_config`; `TrainConfig` and the
+command line derive their flags from the same dict. The attention and
+feed-forward sublayers take the subset they use, explicitly.
+"""
+
+from keras_transformer.layers import validation
+
+# Name -> default.
+BLOCK_OPTIONS = {
+    "dropout_rate": 0.1,
+    # Dropout on the attention weights.
+    "attention_dropout": 0.0,
+    # Feed-forward activation.
+    "activation": "relu",
+    "layer_norm_epsilon": 1e-5,
+    # Pre-LN blocks (plus a final layer norm per stack) instead of the paper's post-LN.
+    "normalize_first": False,
+    # Dropout masks from an integer hash (`HashedDropout`): cheaper under XLA on CPU.
+    "hashed_dropout": False,
+    # Long queries attend in chunks on TensorFlow's CPU kernels (`query_chunks.py`).
+    "chunk_queries": False,
+}
+
+# The options each sublayer takes.
+ATTENTION_OPTIONS = (
+    "dropout_rate",
+    "attention_dropout",
+    "layer_norm_epsilon",
+    "normalize_first",
+    "hashed_dropout",
+    "chunk_queries",
+)
+FEED_FORWARD_OPTIONS = (
+    "dropout_rate",
+    "activation",
+    "layer_norm_epsilon",
+    "normalize_first",
+    "hashed_dropout",
+)
+
+
+def pop_block_options(kwargs: dict, **given) -> dict:
+    """Takes the block options out of `kwargs` (the rest are base layer arguments).
+
+    `given` holds options a class names in its own signature (`dropout_rate`).
+    Missing options get their defaults; rates are checked here, once.
+    """
+    options = {}
+    for name, default in BLOCK_OPTIONS.items():
+        options[name] = given[name] if name in given else kwargs.pop(name, default)
+    validation.check_rate("dropout_rate", options["dropout_rate"])
+    validation.check_rate("attention_dropout", options["attention_dropout"])
+    return options
+
+
+def select(options: dict, names) -> dict:
+    """The entries of `options` that a sublayer takes."""
+    return {name: options[name] for name in names}
+
+
+class BlockOptionsMixin:
+    """Stores the block options as attributes and in `self.block_options`."""
+
+    def _set_block_options(self, options: dict) -> None:
+        self.block_options = dict(options)
+        for name, value in options.items():
+            setattr(self, name, value)
