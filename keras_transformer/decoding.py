@@ -1,10 +1,11 @@
 """In-graph search over the decoder's key/value cache: greedy, beam search, sampling.
 
 Every search here runs as one `tf.while_loop`, batched, with each row stopping
-at its own [END]. The source is encoded once; cross-attention keys/values are
-projected once per source (`Decoder.init_cache`); each step feeds only the
-newest token through `Decoder.decode_step`, which writes its keys/values into
-a fixed-size self-attention cache (static shapes, no shape invariants needed).
+at its own [END]. The searches see the model only through its step interface:
+`decoding_start` (the source encoded once, cross-attention keys/values
+projected once, empty self-attention caches), `decoding_step` (the newest
+token in, the next token's logits out, its keys/values written into a
+fixed-size cache) and `reorder_decoding_state` (beam search).
 
 Only TensorFlow ops are used (no XLA-only ops), so the searches can be
 exported in a SavedModel that the stock TF Serving model server runs.
@@ -85,51 +86,36 @@ def _token_search(
     steps = decode_length(model, max_length)
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
-    buffer = _start_buffer([batch], steps)  # (batch, steps + 1)
-    if use_cache:
-        context, context_mask = model.encode(context_ids, training=False)
-        cache = model.decoder.init_cache(context, steps)
-    else:
-        context_mask, cache = None, ()
+    tokens = _start_buffer([batch], steps)  # (batch, steps + 1)
+    state = model.decoding_start(context_ids, steps, use_cache)
 
-    def next_logits(i, buffer, cache):
-        if use_cache:
-            features, cache = model.decoder.decode_step(
-                buffer[:, i : i + 1], cache, i, context_mask
-            )
-            return model.project(features)[:, 0, :], cache
-        # The tutorial's way, kept as the reference and the benchmark's
-        # baseline: re-run the encoder and the decoder over the whole prefix.
-        logits = model((context_ids, buffer[:, : i + 1]), training=False)
-        return logits[:, -1, :], cache
-
-    def cond(i, buffer, cache, done, scores, lengths, logits_array):
+    def cond(i, tokens, state, done, scores, lengths, logits_array):
         return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
 
-    def body(i, buffer, cache, done, scores, lengths, logits_array):
-        logits, cache = next_logits(i, buffer, cache)
+    def body(i, tokens, state, done, scores, lengths, logits_array):
+        logits, state = model.decoding_step(tokens, i, state)
         log_probs = tf.nn.log_softmax(logits, axis=-1)
         ids = tf.where(done, tf.constant(PAD_ID, tf.int64), choose(logits, i))
         token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
         scores += tf.where(done, 0.0, token_log_prob)
         lengths += tf.cast(tf.logical_not(done), tf.int32)
-        buffer = _write_column(buffer, i + 1, ids)
+        tokens = _write_column(tokens, i + 1, ids)
         if stop_at_end:
             done = tf.logical_or(done, tf.equal(ids, END_ID))
         if return_logits:
             logits_array = logits_array.write(i, logits)
-        return i + 1, buffer, cache, done, scores, lengths, logits_array
+        return i + 1, tokens, state, done, scores, lengths, logits_array
 
     logits_array = tf.TensorArray(
         tf.float32, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, vocab])
     )
-    _, buffer, _, _, scores, lengths, logits_array = tf.while_loop(
+    _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
         cond,
         body,
         (
             tf.constant(0),
-            buffer,
-            cache,
+            tokens,
+            state,
             tf.zeros([batch], tf.bool),
             tf.zeros([batch], tf.float32),
             tf.zeros([batch], tf.int32),
@@ -137,7 +123,7 @@ def _token_search(
         ),
     )
     logits = tf.transpose(logits_array.stack(), [1, 0, 2]) if return_logits else None
-    return DecodeResult(buffer[:, 1:], lengths, scores, logits)
+    return DecodeResult(tokens[:, 1:], lengths, scores, logits)
 
 
 def greedy_search(
@@ -228,6 +214,41 @@ def sample(
     return _token_search(model, context_ids, max_length, choose, stop_at_end, True, return_logits)
 
 
+class _Beams(NamedTuple):
+    """Beam search's bookkeeping, `(batch, width, ...)` each.
+
+    alive_*: the `width` best hypotheses that have not ended, by log-probability.
+    finished_*: the `width` best that ended with [END], by penalized score.
+    """
+
+    alive_seq: tf.Tensor  # int64 (batch, width, steps + 1), [START] first
+    alive_log_prob: tf.Tensor  # float32 (batch, width)
+    finished_seq: tf.Tensor  # int64 (batch, width, steps + 1)
+    finished_score: tf.Tensor  # float32 (batch, width): log-probability / length penalty
+    finished_log_prob: tf.Tensor  # float32 (batch, width)
+    finished_length: tf.Tensor  # int32 (batch, width), [END] included
+
+    @classmethod
+    def start(cls, batch, width, steps: int) -> _Beams:
+        alive_seq = _start_buffer([batch, width], steps)
+        # Only beam 0 is live at first, so the first step does not pick one token `width` times.
+        first = tf.where(tf.range(width) == 0, 0.0, _NEG_INF)
+        return cls(
+            alive_seq=alive_seq,
+            alive_log_prob=tf.tile(first[None, :], [batch, 1]),
+            finished_seq=tf.zeros_like(alive_seq),
+            finished_score=tf.fill([batch, width], _NEG_INF),
+            finished_log_prob=tf.zeros([batch, width]),
+            finished_length=tf.zeros([batch, width], tf.int32),
+        )
+
+
+def _top(values, k, *gathered):
+    """The `k` largest `values` along the last axis, and `gathered` taken at the same places."""
+    top_values, index = tf.math.top_k(values, k=k)
+    return (top_values,) + tuple(tf.gather(g, index, batch_dims=1) for g in gathered)
+
+
 def beam_search(
     model,
     context_ids,
@@ -264,103 +285,74 @@ def beam_search(
     width = tf.cast(beam_width, tf.int32)
     vocab = model.target_vocab_size
     batch = tf.shape(context_ids)[0]
-    context, context_mask = model.encode(context_ids, training=False)
-    # Beams of one row sit next to each other: row b, beam k is b * width + k.
-    repeated_ids = tf.repeat(context_ids, width, axis=0)
-    context = tf.repeat(context, width, axis=0)
-    context_mask = tf.repeat(context_mask, width, axis=0)
-    cache = model.decoder.init_cache(context, steps)
+    # Hypothesis k of row b is row b * width + k of the state.
+    state = model.decoding_start(context_ids, steps, use_cache, beam_width=width)
     max_penalty = length_penalty(steps, length_penalty_alpha)
 
-    alive_seq = _start_buffer([batch, width], steps)  # (batch, width, steps + 1)
-    # Only beam 0 is live at first, so the first step does not pick one token `width` times.
-    first = tf.where(tf.range(width) == 0, 0.0, _NEG_INF)
-    alive_log_prob = tf.tile(first[None, :], [batch, 1])
-    finished_seq = tf.zeros_like(alive_seq)
-    finished_score = tf.fill([batch, width], _NEG_INF)
-    finished_log_prob = tf.zeros([batch, width])
-    finished_length = tf.zeros([batch, width], tf.int32)
-
-    def done_rows(alive_log_prob, finished_score):
+    def cond(i, beams, state):
         # The best an unfinished hypothesis can reach: its log-probability can
         # only fall, and the penalty grows at most to its value at max length.
-        best_alive = alive_log_prob[:, 0] / max_penalty
-        return finished_score[:, 0] >= best_alive
-
-    def cond(i, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length):
-        all_done = tf.reduce_all(done_rows(alive_log_prob, f_score))
+        best_alive = beams.alive_log_prob[:, 0] / max_penalty
+        all_done = tf.reduce_all(beams.finished_score[:, 0] >= best_alive)
         return tf.logical_and(i < steps, tf.logical_not(all_done))
 
-    def body(i, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length):
-        if use_cache:
-            tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])
-            features, cache = model.decoder.decode_step(tokens, cache, i, context_mask)
-            logits = model.project(features)[:, 0, :]
-        else:
-            prefix = tf.reshape(alive_seq[:, :, : i + 1], [batch * width, i + 1])
-            logits = model((repeated_ids, prefix), training=False)[:, -1, :]
-        log_probs = tf.nn.log_softmax(logits, axis=-1)
-        candidates = alive_log_prob[:, :, None] + tf.reshape(log_probs, [batch, width, vocab])
+    def body(i, beams, state):
+        tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
+        logits, state = model.decoding_step(tokens, i, state)
+        log_probs = tf.reshape(tf.nn.log_softmax(logits, axis=-1), [batch, width, vocab])
+        candidates = beams.alive_log_prob[:, :, None] + log_probs
         candidates = tf.reshape(candidates, [batch, width * vocab])
         # 2 * width candidates leave `width` unfinished ones even if `width` end here.
         top_log_prob, top_index = tf.math.top_k(candidates, k=tf.minimum(2 * width, width * vocab))
-        source_beam = top_index // vocab
+        parent = top_index // vocab
         token = tf.cast(top_index % vocab, tf.int64)
-        seqs = tf.gather(alive_seq, source_beam, batch_dims=1)
-        seqs = _write_column(seqs, i + 1, token)
+        seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
         ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
 
-        alive_candidates = tf.where(ends, _NEG_INF, top_log_prob)
-        alive_log_prob, pick = tf.math.top_k(alive_candidates, k=width)
-        alive_seq = tf.gather(seqs, pick, batch_dims=1)
-        parent = tf.gather(source_beam, pick, batch_dims=1)  # (batch, width)
-        rows = tf.reshape(parent + tf.range(batch)[:, None] * width, [-1])
-        # Cross-attention keys/values are the same for all beams of a row.
-        cache = {
-            "self": tf.nest.map_structure(lambda t: tf.gather(t, rows), cache["self"]),
-            "cross": cache["cross"],
-        }
+        alive_log_prob, alive_seq, alive_parent = _top(
+            tf.where(ends, _NEG_INF, top_log_prob), width, seqs, parent
+        )
+        rows = tf.reshape(alive_parent + tf.range(batch)[:, None] * width, [-1])
+        state = model.reorder_decoding_state(state, rows)
 
         length = i + 1
         end_score = tf.where(
             ends, top_log_prob / length_penalty(length, length_penalty_alpha), _NEG_INF
         )
-        all_score = tf.concat([f_score, end_score], axis=1)
-        f_score, pick = tf.math.top_k(all_score, k=width)
-        f_seq = tf.gather(tf.concat([f_seq, seqs], axis=1), pick, batch_dims=1)
-        f_log_prob = tf.gather(tf.concat([f_log_prob, top_log_prob], axis=1), pick, batch_dims=1)
-        lengths = tf.concat([f_length, tf.fill(tf.shape(end_score), length)], axis=1)
-        f_length = tf.gather(lengths, pick, batch_dims=1)
-        return i + 1, alive_seq, alive_log_prob, cache, f_seq, f_score, f_log_prob, f_length
+        finished_score, finished_seq, finished_log_prob, finished_length = _top(
+            tf.concat([beams.finished_score, end_score], axis=1),
+            width,
+            tf.concat([beams.finished_seq, seqs], axis=1),
+            tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
+            tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
+        )
+        beams = _Beams(
+            alive_seq,
+            alive_log_prob,
+            finished_seq,
+            finished_score,
+            finished_log_prob,
+            finished_length,
+        )
+        return i + 1, beams, state
 
-    loop_vars = (
-        tf.constant(0),
-        alive_seq,
-        alive_log_prob,
-        cache,
-        finished_seq,
-        finished_score,
-        finished_log_prob,
-        finished_length,
-    )
+    beams = _Beams.start(batch, width, steps)
     # The beam axis is dynamic when `beam_width` is a tensor.
-    invariants = tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), loop_vars)
-    invariants = (tf.TensorShape([]),) + invariants[1:]
     invariants = (
-        invariants[:3]
-        + (tf.nest.map_structure(lambda t: _free_leading_dims(t, 1), cache),)
-        + invariants[4:]
+        tf.TensorShape([]),
+        tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
+        tf.nest.map_structure(lambda t: _free_leading_dims(t, 1), state),
     )
-    i, alive_seq, alive_log_prob, _, f_seq, f_score, f_log_prob, f_length = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=invariants
+    i, beams, _ = tf.while_loop(
+        cond, body, (tf.constant(0), beams, state), shape_invariants=invariants
     )
     # A row whose hypotheses all ran to max length has no finished one: take
     # the best unfinished hypothesis when it ranks above the best finished one.
-    alive_score = alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)
-    use_alive = alive_score > f_score[:, 0]
-    tokens = tf.where(use_alive[:, None], alive_seq[:, 0, 1:], f_seq[:, 0, 1:])
-    lengths = tf.where(use_alive, i, f_length[:, 0])
-    scores = tf.where(use_alive, alive_log_prob[:, 0], f_log_prob[:, 0])
+    alive_score = beams.alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)
+    use_alive = alive_score > beams.finished_score[:, 0]
+    tokens = tf.where(use_alive[:, None], beams.alive_seq[:, 0, 1:], beams.finished_seq[:, 0, 1:])
+    lengths = tf.where(use_alive, i, beams.finished_length[:, 0])
+    scores = tf.where(use_alive, beams.alive_log_prob[:, 0], beams.finished_log_prob[:, 0])
     return DecodeResult(tokens, lengths, scores)
 
 

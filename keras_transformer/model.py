@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_transformer import losses
 from keras_transformer.constants import PAD_ID
 from keras_transformer.layers import Decoder, Encoder, masks, packing, validation
+from keras_transformer.layers.options import BlockOptionsMixin, pop_block_options
 
 # The model's own options beyond the block options (`layers.options.BLOCK_OPTIONS`),
 # with their defaults.
@@ -16,13 +17,21 @@ MODEL_OPTIONS = {
     "skip_padding": True,
 }
 
+# Name -> what the option does, in one line: the help of its flag and config key.
+MODEL_OPTION_HELP = {
+    "max_length": "longest source or target sequence the model accepts",
+    "tie_embeddings": "the target embedding matrix (transposed) is the output projection",
+    "share_embeddings": "one embedding for source and target (vocabularies of equal size)",
+    "skip_padding": "without XLA, training steps run the per-token layers on real tokens only",
+}
+
 # Options that change how a training step computes, not the model it trains: they
 # stay out of a run's config.json "model", so a run may resume with them switched.
 STEP_OPTIONS = ("hashed_dropout", "chunk_queries", "skip_padding")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(BlockOptionsMixin, keras.Model):
     """Encoder-decoder Transformer (Vaswani et al., 2017): ids in, logits out.
 
     `model((context_ids, target_in_ids))` returns float32 logits of shape
@@ -85,18 +94,13 @@ class Transformer(keras.Model):
         input_vocab_size,
         target_vocab_size,
         dropout_rate=0.1,
-        max_length=2048,
-        normalize_first=False,
-        tie_embeddings=False,
-        share_embeddings=False,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        attention_dropout=0.0,
-        hashed_dropout=False,
-        skip_padding=True,
-        chunk_queries=False,
+        max_length=MODEL_OPTIONS["max_length"],
+        tie_embeddings=MODEL_OPTIONS["tie_embeddings"],
+        share_embeddings=MODEL_OPTIONS["share_embeddings"],
+        skip_padding=MODEL_OPTIONS["skip_padding"],
         **kwargs,
     ):
+        block_options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
         validation.check_positive("input_vocab_size", input_vocab_size)
         validation.check_positive("target_vocab_size", target_vocab_size)
@@ -112,36 +116,25 @@ class Transformer(keras.Model):
         self.dff = dff
         self.input_vocab_size = input_vocab_size
         self.target_vocab_size = target_vocab_size
-        self.dropout_rate = dropout_rate
-        self.max_length = max_length
-        self.normalize_first = normalize_first
-        self.tie_embeddings = tie_embeddings
-        self.share_embeddings = share_embeddings
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_dropout = attention_dropout
-        self.hashed_dropout = hashed_dropout
-        self.skip_padding = skip_padding
-        self.chunk_queries = chunk_queries
+        # The signature names each option once; the dict follows MODEL_OPTIONS' list.
+        arguments = locals()
+        self.model_options = {name: arguments[name] for name in MODEL_OPTIONS}
+        for name, value in self.model_options.items():
+            setattr(self, name, value)
+        self._set_block_options(block_options)
         # Set only while `train_step` traces the packed path (see there).
         self._real_positions = None
-        common = dict(
+        stack = dict(
             num_layers=num_layers,
             d_model=d_model,
             num_heads=num_heads,
             dff=dff,
-            dropout_rate=dropout_rate,
             max_length=max_length,
-            attention_dropout=attention_dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            hashed_dropout=hashed_dropout,
-            chunk_queries=chunk_queries,
             dtype=self.dtype_policy,
+            **block_options,
         )
-        self.encoder = Encoder(vocab_size=input_vocab_size, name="encoder", **common)
-        self.decoder = Decoder(vocab_size=target_vocab_size, name="decoder", **common)
+        self.encoder = Encoder(vocab_size=input_vocab_size, name="encoder", **stack)
+        self.decoder = Decoder(vocab_size=target_vocab_size, name="decoder", **stack)
         if share_embeddings:
             # One layer object, tracked once: its weights are shared.
             self.decoder.embedding = self.encoder.embedding
@@ -193,6 +186,63 @@ class Transformer(keras.Model):
             features, attention_scores = decoded
             return self.project(features), attention_scores
         return self.project(decoded)
+
+    # -- decoding: the step interface of the searches (decoding.py) -----------
+
+    def decoding_start(self, context_ids, steps, use_cache=True, beam_width=1):
+        """The decoding state of `context_ids`, for at most `steps` generated tokens.
+
+        Args:
+            context_ids: int `(batch, source_length)`.
+            steps: int, the most positions any row will decode.
+            use_cache: False re-runs the encoder and the whole decoder prefix at
+                every step (the tutorial's way: the reference, and the
+                benchmarks' baseline). The results are the same.
+            beam_width: hypotheses per source row (int or int32 scalar): each
+                row's state is repeated, hypothesis k of row b at b * width + k.
+
+        Returns:
+            A nest of tensors whose leading axis is the hypothesis, for
+            `decoding_step` and `reorder_decoding_state`.
+        """
+        if not use_cache:
+            return {"context_ids": _repeat_rows(context_ids, beam_width)}
+        # The source is encoded once; cross-attention keys/values are projected
+        # once per source in `init_cache`.
+        context, context_mask = self.encode(context_ids, training=False)
+        context = _repeat_rows(context, beam_width)
+        return {
+            "context_mask": _repeat_rows(context_mask, beam_width),
+            "cache": self.decoder.init_cache(context, steps),
+        }
+
+    def decoding_step(self, tokens, index, state):
+        """Logits for the token after position `index`, and the next state.
+
+        Args:
+            tokens: int `(hypotheses, length)`: [START] then the tokens so far;
+                positions up to `index` are read.
+            index: int scalar, the position of the newest token.
+            state: from `decoding_start` or the previous step.
+
+        Returns:
+            `(logits, state)`: float32 logits `(hypotheses, target_vocab_size)`.
+        """
+        if "cache" not in state:
+            logits = self((state["context_ids"], tokens[:, : index + 1]), training=False)
+            return logits[:, -1, :], state
+        features, cache = self.decoder.decode_step(
+            tokens[:, index : index + 1], state["cache"], index, state["context_mask"]
+        )
+        return self.project(features)[:, 0, :], {**state, "cache": cache}
+
+    def reorder_decoding_state(self, state, rows):
+        """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""
+        if "cache" not in state:
+            return state  # the uncached path reads its history from `tokens`
+        # Cross-attention keys/values are the same for every hypothesis of a row.
+        self_cache = tf.nest.map_structure(lambda t: tf.gather(t, rows), state["cache"]["self"])
+        return {**state, "cache": {**state["cache"], "self": self_cache}}
 
     def _call_packed(self, context_ids, target_ids):
         """Training logits `(real_labels, vocab)`, every block on packed real tokens."""
@@ -252,19 +302,17 @@ class Transformer(keras.Model):
             dff=self.dff,
             input_vocab_size=self.input_vocab_size,
             target_vocab_size=self.target_vocab_size,
-            dropout_rate=self.dropout_rate,
-            max_length=self.max_length,
-            normalize_first=self.normalize_first,
-            tie_embeddings=self.tie_embeddings,
-            share_embeddings=self.share_embeddings,
-            activation=self.activation,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            attention_dropout=self.attention_dropout,
-            hashed_dropout=self.hashed_dropout,
-            skip_padding=self.skip_padding,
-            chunk_queries=self.chunk_queries,
+            **self.model_options,
+            **self.block_options,
         )
         return config
+
+
+def _repeat_rows(x, times):
+    """Each row of `x` `times` times in a row (`times` an int or an int32 scalar)."""
+    if isinstance(times, int) and times == 1:
+        return x
+    return tf.repeat(x, times, axis=0)
 
 
 def _check_pair(inputs, what):

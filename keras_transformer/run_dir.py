@@ -20,9 +20,7 @@ import json
 import os
 from pathlib import Path
 
-import keras
-
-from keras_transformer import model as _model  # noqa: F401  (registers the layers for loading)
+from keras_transformer import checkpoints
 from keras_transformer.tokenizers import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -85,7 +83,7 @@ def load_model(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
     path = Path(run_dir) / checkpoint
     if not path.is_file():
         raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")
-    return keras.models.load_model(path, compile=False)
+    return checkpoints.load_model(path)
 
 
 def load_run(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):

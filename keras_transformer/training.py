@@ -68,6 +68,10 @@ def _check_same_run(run_dir: Path, run_config: dict) -> None:
     if not (run_dir / run_dir_lib.CONFIG_FILE).is_file():
         return
     old = run_dir_lib.read_config(run_dir)
+    # Runs from earlier versions list fewer model options: those they lack had
+    # their default value.
+    defaults = TrainConfig().model_kwargs(0, 0)
+    old["model"] = {**defaults, **old.get("model", {})}
     for section in ("model", "tokenizer", "data"):
         if old.get(section) != run_config[section]:
             raise ValueError(

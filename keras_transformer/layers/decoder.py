@@ -2,16 +2,20 @@
 
 import keras
 
-from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
-from keras_transformer.layers.dropout import make_dropout
-from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.layer_norm import LayerNormalization
+from keras_transformer.layers.options import (
+    ATTENTION_OPTIONS,
+    FEED_FORWARD_OPTIONS,
+    BlockOptionsMixin,
+    pop_block_options,
+    select,
+)
+from keras_transformer.layers.stack import BlockStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(BlockOptionsMixin, keras.layers.Layer):
     """One decoder block: CausalSelfAttention, CrossAttention, FeedForward.
 
     Args:
@@ -19,14 +23,9 @@ class DecoderLayer(keras.layers.Layer):
         num_heads: int. Attention heads; must divide `d_model`.
         dff: int. Feed-forward inner size.
         dropout_rate: float. Defaults to 0.1.
-        attention_dropout: float. Dropout on attention weights. Defaults to 0.0.
-        activation: str. Feed-forward activation. Defaults to "relu".
-        layer_norm_epsilon: float. Defaults to 1e-5.
-        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
-        hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
-            XLA on CPU). Defaults to False (`keras.layers.Dropout`).
-        chunk_queries: bool. Long queries attend in chunks on TensorFlow's
-            CPU kernels (see `BaseAttention`). Defaults to False.
+        attention_dropout, activation, layer_norm_epsilon, normalize_first,
+        hashed_dropout, chunk_queries: the block options, with the defaults of
+            `layers.options.BLOCK_OPTIONS` (see EncoderLayer).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -49,55 +48,27 @@ class DecoderLayer(keras.layers.Layer):
             `(batch, heads, target_length, source_length)`.
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        dff,
-        dropout_rate=0.1,
-        attention_dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        hashed_dropout=False,
-        chunk_queries=False,
-        **kwargs,
-    ):
+    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
+        options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = dff
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.hashed_dropout = hashed_dropout
-        self.chunk_queries = chunk_queries
-        common = dict(
-            dropout_rate=dropout_rate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            hashed_dropout=hashed_dropout,
-            dtype=self.dtype_policy,
-        )
+        self._set_block_options(options)
+        attention_options = dict(dtype=self.dtype_policy, **select(options, ATTENTION_OPTIONS))
         self.causal_self_attention = CausalSelfAttention(
-            d_model,
-            num_heads,
-            attention_dropout=attention_dropout,
-            chunk_queries=chunk_queries,
-            name="causal_self_attention",
-            **common,
+            d_model, num_heads, name="causal_self_attention", **attention_options
         )
         self.cross_attention = CrossAttention(
-            d_model,
-            num_heads,
-            attention_dropout=attention_dropout,
-            chunk_queries=chunk_queries,
-            name="cross_attention",
-            **common,
+            d_model, num_heads, name="cross_attention", **attention_options
         )
-        self.ffn = FeedForward(d_model, dff, activation=activation, name="feed_forward", **common)
+        self.ffn = FeedForward(
+            d_model,
+            dff,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+            **select(options, FEED_FORWARD_OPTIONS),
+        )
 
     def build(self, input_shape):
         self.causal_self_attention.build(input_shape)
@@ -146,22 +117,13 @@ class DecoderLayer(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            dropout_rate=self.dropout_rate,
-            attention_dropout=self.attention_dropout,
-            activation=self.activation,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            normalize_first=self.normalize_first,
-            hashed_dropout=self.hashed_dropout,
-            chunk_queries=self.chunk_queries,
+            d_model=self.d_model, num_heads=self.num_heads, dff=self.dff, **self.block_options
         )
         return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(BlockStack):
     """Target ids + encoded source -> features: embedding, `num_layers` blocks.
 
     Masks: decoder self-attention is causal and ignores target padding; cross
@@ -174,6 +136,7 @@ class Decoder(keras.layers.Layer):
       (training, scoring).
     - `init_cache(context, max_length)` then `decode_step(...)` per position:
       incremental decoding where each step computes only the new positions.
+      `Transformer.decoding_start` / `decoding_step` wrap these for the searches.
 
     Args:
         num_layers: int. Number of DecoderLayer blocks.
@@ -184,8 +147,7 @@ class Decoder(keras.layers.Layer):
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest target sequence. Defaults to 2048.
         attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries:
-            as for DecoderLayer.
+        hashed_dropout, chunk_queries: the block options, as for DecoderLayer.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -205,81 +167,9 @@ class Decoder(keras.layers.Layer):
         the weights if asked).
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        vocab_size,
-        dropout_rate=0.1,
-        max_length=2048,
-        attention_dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        hashed_dropout=False,
-        chunk_queries=False,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        validation.check_positive("num_layers", num_layers)
-        validation.check_heads(d_model, num_heads)
-        validation.check_positive("dff", dff)
-        validation.check_rate("dropout_rate", dropout_rate)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.vocab_size = vocab_size
-        self.dropout_rate = dropout_rate
-        self.max_length = max_length
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.hashed_dropout = hashed_dropout
-        self.chunk_queries = chunk_queries
-        self.embedding = PositionalEmbedding(
-            vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
-        )
-        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy)
-        self.dec_layers = [
-            DecoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                attention_dropout=attention_dropout,
-                activation=activation,
-                layer_norm_epsilon=layer_norm_epsilon,
-                normalize_first=normalize_first,
-                hashed_dropout=hashed_dropout,
-                chunk_queries=chunk_queries,
-                dtype=self.dtype_policy,
-                name=f"decoder_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        self.final_layernorm = (
-            LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_layernorm"
-            )
-            if normalize_first
-            else None
-        )
-
-    def build(self, input_shape):
-        self.embedding.build(input_shape)
-        features = tuple(input_shape) + (self.d_model,)
-        for layer in self.dec_layers:
-            layer.build(features)
-        if self.final_layernorm is not None:
-            self.final_layernorm.build(features)
-        super().build(input_shape)
-
-    def _finish(self, x):
-        return x if self.final_layernorm is None else self.final_layernorm(x)
+    block_class = DecoderLayer
+    block_name = "decoder_layer"
+    blocks_attribute = "dec_layers"
 
     def call(
         self,
@@ -290,11 +180,7 @@ class Decoder(keras.layers.Layer):
         return_attention_scores=False,
         packed=False,
     ):
-        padding_mask = masks.padding_mask(token_ids)
-        x = self.embedding(token_ids)
-        if packed:
-            x = packing.pack(x, padding_mask)
-        x = self.dropout(x, training=training)
+        x, padding_mask = self._embed(token_ids, training, packed)
         attention_scores = []
         for layer in self.dec_layers:
             x, weights = layer(
@@ -355,25 +241,3 @@ class Decoder(keras.layers.Layer):
             )
             new_self_caches.append(self_cache)
         return self._finish(x), {"self": new_self_caches, "cross": cache["cross"]}
-
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return tuple(input_shape) + (self.d_model,)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            vocab_size=self.vocab_size,
-            dropout_rate=self.dropout_rate,
-            max_length=self.max_length,
-            attention_dropout=self.attention_dropout,
-            activation=self.activation,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            normalize_first=self.normalize_first,
-            hashed_dropout=self.hashed_dropout,
-            chunk_queries=self.chunk_queries,
-        )
-        return config

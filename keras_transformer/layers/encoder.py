@@ -1,17 +1,21 @@
-"""Encoder: a stack of self-attention + feed-forward layers over the source."""
+"""Encoder: a stack of self-attention + feed-forward blocks over the source."""
 
 import keras
 
-from keras_transformer.layers import masks, packing, validation
 from keras_transformer.layers.attention import GlobalSelfAttention
-from keras_transformer.layers.dropout import make_dropout
-from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.layer_norm import LayerNormalization
+from keras_transformer.layers.options import (
+    ATTENTION_OPTIONS,
+    FEED_FORWARD_OPTIONS,
+    BlockOptionsMixin,
+    pop_block_options,
+    select,
+)
+from keras_transformer.layers.stack import BlockStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(keras.layers.Layer):
+class EncoderLayer(BlockOptionsMixin, keras.layers.Layer):
     """One encoder block: GlobalSelfAttention then FeedForward.
 
     Args:
@@ -19,14 +23,10 @@ class EncoderLayer(keras.layers.Layer):
         num_heads: int. Attention heads; must divide `d_model`.
         dff: int. Feed-forward inner size.
         dropout_rate: float. Defaults to 0.1.
-        attention_dropout: float. Dropout on attention weights. Defaults to 0.0.
-        activation: str. Feed-forward activation. Defaults to "relu".
-        layer_norm_epsilon: float. Defaults to 1e-5.
-        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
-        hashed_dropout: bool. Dropout masks from `HashedDropout` (cheap under
-            XLA on CPU). Defaults to False (`keras.layers.Dropout`).
-        chunk_queries: bool. Long queries attend in chunks on TensorFlow's
-            CPU kernels (see `BaseAttention`). Defaults to False.
+        attention_dropout, activation, layer_norm_epsilon, normalize_first,
+        hashed_dropout, chunk_queries: the block options, with the defaults of
+            `layers.options.BLOCK_OPTIONS` (dropout on attention weights 0.0,
+            "relu", 1e-5, post-LN, `keras.layers.Dropout`, whole queries).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -37,47 +37,27 @@ class EncoderLayer(keras.layers.Layer):
         training: bool. Enables dropout.
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        dff,
-        dropout_rate=0.1,
-        attention_dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        hashed_dropout=False,
-        chunk_queries=False,
-        **kwargs,
-    ):
+    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
+        options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = dff
-        self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.hashed_dropout = hashed_dropout
-        self.chunk_queries = chunk_queries
-        common = dict(
-            dropout_rate=dropout_rate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            hashed_dropout=hashed_dropout,
-            dtype=self.dtype_policy,
-        )
+        self._set_block_options(options)
         self.self_attention = GlobalSelfAttention(
             d_model,
             num_heads,
-            attention_dropout=attention_dropout,
-            chunk_queries=chunk_queries,
+            dtype=self.dtype_policy,
             name="self_attention",
-            **common,
+            **select(options, ATTENTION_OPTIONS),
         )
-        self.ffn = FeedForward(d_model, dff, activation=activation, name="feed_forward", **common)
+        self.ffn = FeedForward(
+            d_model,
+            dff,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+            **select(options, FEED_FORWARD_OPTIONS),
+        )
 
     def build(self, input_shape):
         self.self_attention.build(input_shape)
@@ -94,22 +74,13 @@ class EncoderLayer(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            dropout_rate=self.dropout_rate,
-            attention_dropout=self.attention_dropout,
-            activation=self.activation,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            normalize_first=self.normalize_first,
-            hashed_dropout=self.hashed_dropout,
-            chunk_queries=self.chunk_queries,
+            d_model=self.d_model, num_heads=self.num_heads, dff=self.dff, **self.block_options
         )
         return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(keras.layers.Layer):
+class Encoder(BlockStack):
     """Token ids -> contextual features: embedding, dropout, `num_layers` blocks.
 
     The padding mask is computed here from the token ids (id 0 is padding) and
@@ -125,8 +96,7 @@ class Encoder(keras.layers.Layer):
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest source sequence. Defaults to 2048.
         attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries:
-            as for EncoderLayer.
+        hashed_dropout, chunk_queries: the block options, as for EncoderLayer.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -146,109 +116,12 @@ class Encoder(keras.layers.Layer):
     TensorShape([1, 4, 16])
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        vocab_size,
-        dropout_rate=0.1,
-        max_length=2048,
-        attention_dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        hashed_dropout=False,
-        chunk_queries=False,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        validation.check_positive("num_layers", num_layers)
-        validation.check_heads(d_model, num_heads)
-        validation.check_positive("dff", dff)
-        validation.check_rate("dropout_rate", dropout_rate)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.vocab_size = vocab_size
-        self.dropout_rate = dropout_rate
-        self.max_length = max_length
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.hashed_dropout = hashed_dropout
-        self.chunk_queries = chunk_queries
-        self.embedding = PositionalEmbedding(
-            vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
-        )
-        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy)
-        self.enc_layers = [
-            EncoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                attention_dropout=attention_dropout,
-                activation=activation,
-                layer_norm_epsilon=layer_norm_epsilon,
-                normalize_first=normalize_first,
-                hashed_dropout=hashed_dropout,
-                chunk_queries=chunk_queries,
-                dtype=self.dtype_policy,
-                name=f"encoder_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        self.final_layernorm = (
-            LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_layernorm"
-            )
-            if normalize_first
-            else None
-        )
-
-    def build(self, input_shape):
-        self.embedding.build(input_shape)
-        features = tuple(input_shape) + (self.d_model,)
-        for layer in self.enc_layers:
-            layer.build(features)
-        if self.final_layernorm is not None:
-            self.final_layernorm.build(features)
-        super().build(input_shape)
+    block_class = EncoderLayer
+    block_name = "encoder_layer"
+    blocks_attribute = "enc_layers"
 
     def call(self, token_ids, training=None, packed=False):
-        padding_mask = masks.padding_mask(token_ids)
-        x = self.embedding(token_ids)
-        if packed:
-            x = packing.pack(x, padding_mask)
-        x = self.dropout(x, training=training)
+        x, padding_mask = self._embed(token_ids, training, packed)
         for layer in self.enc_layers:
             x = layer(x, padding_mask=padding_mask, training=training)
-        if self.final_layernorm is not None:
-            x = self.final_layernorm(x)
-        return x
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.d_model,)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            vocab_size=self.vocab_size,
-            dropout_rate=self.dropout_rate,
-            max_length=self.max_length,
-            attention_dropout=self.attention_dropout,
-            activation=self.activation,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            normalize_first=self.normalize_first,
-            hashed_dropout=self.hashed_dropout,
-            chunk_queries=self.chunk_queries,
-        )
-        return config
+        return self._finish(x)

@@ -3,13 +3,12 @@
 import keras
 
 from keras_transformer.layers import packing, validation
-from keras_transformer.layers.dropout import make_dropout
-from keras_transformer.layers.layer_norm import LayerNormalization
+from keras_transformer.layers.residual import Residual
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
-    """Dense -> activation -> Dense -> dropout, with residual and layer norm.
+    """Dense -> activation -> Dense, inside a `Residual` (dropout, sum, layer norm).
 
     Post-LN (default): `y = LayerNorm(x + Dropout(FFN(x)))`; pre-LN
     (`normalize_first=True`): `y = x + Dropout(FFN(LayerNorm(x)))`.
@@ -63,24 +62,26 @@ class FeedForward(keras.layers.Layer):
         self.output_dense = keras.layers.Dense(
             d_model, dtype=self.dtype_policy, name="output_dense"
         )
-        self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy, "dropout")
-        self.layernorm = LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
+        self.residual = Residual(
+            dropout_rate=dropout_rate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalize_first=normalize_first,
+            hashed_dropout=hashed_dropout,
+            dtype=self.dtype_policy,
+            name="residual",
         )
 
     def build(self, input_shape):
         self.inner_dense.build((None, None, self.d_model))
         self.output_dense.build((None, None, self.dff))
-        self.layernorm.build((None, None, self.d_model))
+        self.residual.build((None, None, self.d_model))
         super().build(input_shape)
 
     def call(self, x, training=None):
         if not packing.is_packed(x):
             validation.check_features("x", x, self.d_model)
-        h = self.layernorm(x) if self.normalize_first else x
-        h = self.dropout(self.output_dense(self.inner_dense(h)), training=training)
-        y = x + h
-        return y if self.normalize_first else self.layernorm(y)
+        h = self.output_dense(self.inner_dense(self.residual.normalize_input(x)))
+        return self.residual.add(x, h, training)
 
     def compute_output_shape(self, input_shape):
         return input_shape

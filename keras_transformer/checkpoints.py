@@ -1,0 +1,95 @@
+"""Loading `.keras` checkpoints, including those written before the attention core split.
+
+Keras stores a layer's weights under the attribute names that lead to it.
+Checkpoints written before version 0.2 held the attention projections and
+the layer norms directly on the sublayers (`self_attention/query_dense`,
+`ffn/layernorm`); they now sit in the attention core and the residual
+wrapper (`self_attention/mha/query_dense`, `ffn/residual/layernorm`). Such a
+checkpoint is rewritten to the new paths in a temporary copy and loaded from
+there; the file itself is left as it is.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+import h5py
+import keras
+
+from keras_transformer import model as _model  # noqa: F401  (registers the layers for loading)
+
+_WEIGHTS_FILE = "model.weights.h5"
+_SUBLAYERS = r"(self_attention|causal_self_attention|cross_attention|ffn)"
+# (old path pattern, new path) pairs, applied to every weight's path in the file.
+_V0_RENAMES = (
+    (
+        re.compile(
+            _SUBLAYERS + r"/(query_dense|key_dense|value_dense|output_dense|weights_dropout)/"
+        ),
+        r"\1/mha/\2/",
+    ),
+    (re.compile(_SUBLAYERS + r"/layernorm/"), r"\1/residual/layernorm/"),
+    (re.compile(_SUBLAYERS + r"/(output_)?dropout/"), r"\1/residual/dropout/"),
+)
+# Only attention sublayers hold these directly in the old layout (FeedForward's
+# own output_dense stays where it is).
+_ATTENTION_ONLY = re.compile(r"(^|/)ffn/mha/")
+
+
+def _new_path(path: str) -> str:
+    """A weight or group path (ending in "/") of the old layout, in the new one."""
+    for pattern, replacement in _V0_RENAMES:
+        renamed = pattern.sub(replacement, path)
+        if not _ATTENTION_ONLY.search(renamed):
+            path = renamed
+    return path
+
+
+def _items(weights: h5py.File) -> list[tuple[str, h5py.Group | h5py.Dataset]]:
+    found = []
+    weights.visititems(lambda name, obj: found.append((name, obj)))
+    return found
+
+
+def _is_v0(weights: h5py.File) -> bool:
+    return any(_new_path(name + "/") != name + "/" for name, _ in _items(weights))
+
+
+def _migrated_weights(weights: h5py.File) -> bytes:
+    """The weights file with every group and dataset under its new path, attributes kept."""
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as out:
+        for key, value in weights.attrs.items():
+            out.attrs[key] = value
+        for name, obj in _items(weights):  # parents come before their children
+            new_name = _new_path(name + "/")[:-1]
+            if isinstance(obj, h5py.Group):
+                target = out.require_group(new_name)
+            else:
+                target = out.create_dataset(new_name, data=obj[()])
+            for key, value in obj.attrs.items():
+                target.attrs[key] = value
+    return buffer.getvalue()
+
+
+def load_model(path: str | os.PathLike, compile: bool = False):
+    """The model in the `.keras` file at `path`, migrating the pre-0.2 weight layout."""
+    path = Path(path)
+    with zipfile.ZipFile(path) as archive:
+        weights_bytes = archive.read(_WEIGHTS_FILE)
+        with h5py.File(io.BytesIO(weights_bytes), "r") as weights:
+            if not _is_v0(weights):
+                return keras.models.load_model(path, compile=compile)
+            migrated = _migrated_weights(weights)
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / path.name
+            with zipfile.ZipFile(copy, "w") as out:
+                for item in archive.infolist():
+                    data = migrated if item.filename == _WEIGHTS_FILE else archive.read(item)
+                    out.writestr(item, data)
+            return keras.models.load_model(copy, compile=compile)

@@ -1,0 +1,212 @@
+"""Multi-head scaled dot-product attention: the core the attention sublayers share.
+
+Projections, the split into heads, the key/value cache of incremental
+decoding, query chunks (`query_chunks.py`) and packed inputs (`packing.py`)
+live here; the residual connection and layer norm around it live in
+`residual.py`, and the tutorial's `GlobalSelfAttention`, `CausalSelfAttention`
+and `CrossAttention` (`attention.py`) compose the two.
+
+Masks are boolean with True meaning "may attend", `(batch, queries, keys)` or
+broadcastable to it; they are always passed explicitly.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers import packing, query_chunks
+from keras_transformer.layers.dropout import make_dropout
+
+# Added to the logits of masked keys. A finite value (not -inf) keeps a row
+# whose keys are all masked finite (near-uniform weights) instead of NaN; the
+# softmax runs in float32, where exp(-1e9 - max) is exactly 0.
+_MASKED_LOGIT = -1e9
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention of queries over keys/values, without residual or norm.
+
+    Args:
+        num_heads: int. Number of attention heads.
+        key_dim: int. Size of each head's queries, keys and values.
+        output_dim: int. Feature size of the inputs and of the output.
+        attention_dropout: float. Dropout on the attention weights. Defaults to 0.0.
+        hashed_dropout: bool. Dropout masks from `HashedDropout`. Defaults to False.
+        chunk_queries: bool. On TensorFlow's CPU kernels (no GPU, no XLA), long
+            queries attend in chunks small enough for the batched matmul to use
+            every thread (`query_chunks.py`); same results, longer tracing.
+            Defaults to False.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        query: `(batch, queries, output_dim)`, or packed `(tokens, output_dim)`
+            with `query_mask` (see `packing.py`); the output has the same form.
+        context: keys/values input `(batch, keys, output_dim)` (or packed, with
+            `context_mask`). Defaults to `query` (self-attention).
+        attention_mask: optional bool, True where a query may attend a key.
+        query_mask, context_mask: bool `(batch, length)` padding masks: the
+            layout of packed inputs (unused for padded ones).
+        training: bool. Enables dropout.
+
+    Returns:
+        `(output, weights)`: output like `query`, weights `(batch, heads,
+        queries, keys)` in float32.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        output_dim,
+        attention_dropout=0.0,
+        hashed_dropout=False,
+        chunk_queries=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.output_dim = output_dim
+        self.attention_dropout = attention_dropout
+        self.hashed_dropout = hashed_dropout
+        self.chunk_queries = chunk_queries
+        heads_width = num_heads * key_dim
+
+        def dense(units, name):
+            return keras.layers.Dense(units, dtype=self.dtype_policy, name=name)
+
+        self.query_dense = dense(heads_width, "query")
+        self.key_dense = dense(heads_width, "key")
+        self.value_dense = dense(heads_width, "value")
+        self.output_dense = dense(output_dim, "attention_output")
+        self.weights_dropout = make_dropout(
+            attention_dropout, hashed_dropout, self.dtype_policy, "attention_dropout"
+        )
+
+    def build(self, input_shape=None):
+        for layer in (self.query_dense, self.key_dense, self.value_dense):
+            layer.build((None, None, self.output_dim))
+        self.output_dense.build((None, None, self.num_heads * self.key_dim))
+        super().build(input_shape)
+
+    # -- heads ----------------------------------------------------------------
+
+    def split_heads(self, x, padding_mask=None):
+        """`(batch, length, heads * key_dim)` -> `(batch, heads, length, key_dim)`.
+
+        Packed rows `(tokens, heads * key_dim)` are first laid out as the
+        padded batch that `padding_mask` describes.
+        """
+        if packing.is_packed(x):
+            x = packing.unpack(x, padding_mask)
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [batch, length, self.num_heads, self.key_dim])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def merge_heads(self, x):
+        """`(batch, heads, length, key_dim)` -> `(batch, length, heads * key_dim)`."""
+        batch, length = tf.shape(x)[0], tf.shape(x)[2]
+        x = tf.transpose(x, [0, 2, 1, 3])
+        return tf.reshape(x, [batch, length, self.num_heads * self.key_dim])
+
+    def project_key_value(self, x, padding_mask=None):
+        """Keys and values of `x` in heads: two `(batch, heads, length, key_dim)`.
+
+        Cross-attention computes them once per source during decoding.
+        """
+        return (
+            self.split_heads(self.key_dense(x), padding_mask),
+            self.split_heads(self.value_dense(x), padding_mask),
+        )
+
+    # -- the key/value cache of incremental decoding ----------------------------
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """A zero `(key_cache, value_cache)`, each `(batch, heads, max_length, key_dim)`."""
+        shape = [batch_size, self.num_heads, max_length, self.key_dim]
+        dtype = dtype or self.compute_dtype
+        return (tf.zeros(shape, dtype), tf.zeros(shape, dtype))
+
+    @staticmethod
+    def update_cache(cache, key, value, index):
+        """`cache` with `key`/`value` `(batch, heads, new, key_dim)` written at position `index`."""
+        return tuple(_write_positions(c, new, index) for c, new in zip(cache, (key, value)))
+
+    # -- attention ------------------------------------------------------------
+
+    def attend(self, query_input, key, value, attention_mask=None, training=None, query_mask=None):
+        """Attention of `query_input`'s projected queries over `key` / `value` (in heads).
+
+        Returns `(output, weights)` as the layer does.
+        """
+        query = self.split_heads(self.query_dense(query_input), query_mask)
+        query = query * tf.cast(1.0 / math.sqrt(self.key_dim), query.dtype)
+        # The mask as an additive bias: inside `attend_in_chunks`' branches a
+        # boolean mask (kept for tf.where's gradient) trips TensorFlow's type
+        # inference warnings, and an addition is no slower.
+        bias = None
+        if attention_mask is not None:
+            bias = (1.0 - tf.cast(attention_mask, tf.float32)) * _MASKED_LOGIT
+
+        def core(query, bias):
+            scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
+            # Softmax in float32 whatever the compute dtype: float16 overflows.
+            scores = tf.cast(scores, tf.float32)
+            if bias is not None:
+                scores = scores + bias[:, None, :, :]
+            weights = tf.nn.softmax(scores, axis=-1)
+            dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
+            return tf.matmul(dropped, value), weights
+
+        if self.chunk_queries and query_chunks.worth_splitting():
+            output, weights = query_chunks.attend_in_chunks(
+                core, query, bias, tf.shape(key)[2], self.key_dim
+            )
+        else:
+            output, weights = core(query, bias)
+        output = self.merge_heads(output)
+        if packing.is_packed(query_input):
+            output = packing.pack(output, query_mask)
+        return self.output_dense(output), weights
+
+    def call(
+        self,
+        query,
+        context=None,
+        attention_mask=None,
+        query_mask=None,
+        context_mask=None,
+        training=None,
+    ):
+        if context is None:
+            context, context_mask = query, query_mask
+        key, value = self.project_key_value(context, context_mask)
+        return self.attend(query, key, value, attention_mask, training, query_mask)
+
+    def compute_output_shape(self, query_shape, *args, **kwargs):
+        return query_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            output_dim=self.output_dim,
+            attention_dropout=self.attention_dropout,
+            hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
+        )
+        return config
+
+
+def _write_positions(cache, update, index):
+    """Writes `update` (b, h, t, d) into `cache` (b, h, max_len, d) at position `index`."""
+    length = tf.shape(update)[2]
+    positions = tf.range(length) + index
+    # Scatter along the position axis: move it to the front and back again.
+    cache_t = tf.transpose(cache, [2, 0, 1, 3])
+    update_t = tf.transpose(tf.cast(update, cache.dtype), [2, 0, 1, 3])
+    cache_t = tf.tensor_scatter_nd_update(cache_t, positions[:, None], update_t)
+    return tf.transpose(cache_t, [1, 2, 0, 3])
