@@ -50,33 +50,28 @@ class Transformer(BlockOptionsMixin, keras.Model):
         target_vocab_size: int. Target vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest source or target sequence. Defaults to 2048.
-        normalize_first: bool. Pre-LN blocks (plus a final layer norm) instead
-            of the paper's post-LN. Defaults to False.
         tie_embeddings: bool. Use the target embedding matrix (transposed) as
             the output projection (paper section 3.4). Defaults to False.
         share_embeddings: bool. One embedding for source and target; the
             vocabularies must then be the same size. Defaults to False.
-        activation: str. Feed-forward activation. Defaults to "relu".
-        layer_norm_epsilon: float. Defaults to 1e-5.
-        attention_dropout: float. Dropout on attention weights. Defaults to 0.0.
-        hashed_dropout: bool. Draw every dropout mask with `HashedDropout`
-            instead of `keras.layers.Dropout`: the same Bernoulli masks from an
-            integer hash, several times cheaper when the training step is
-            XLA-compiled on CPU. Defaults to False.
         skip_padding: bool. In `fit` / `train_on_batch` without XLA, run every
             per-token step (projections, feed-forward, layer norms, dropout,
             vocabulary projection and loss) on the real tokens only, packed
             (see `layers/packing.py`); attention still sees the padded layout.
             The same loss and gradients as the padded batch, without the work
             on padded positions (see `train_step`). Defaults to True.
-        chunk_queries: bool. On TensorFlow's CPU kernels (no GPU, no XLA),
-            long queries attend in chunks small enough for TensorFlow's
-            batched matmul to use every thread (see `layers/query_chunks.py`);
-            the same results, faster from 33 tokens at head size 16, but
-            the first step traces about 3x longer (five graph branches per
-            attention layer, for lengths known only at run time).
-            Defaults to False.
-        **kwargs: base model arguments (`name`, `dtype`, ...).
+        **kwargs: the block options, forwarded to every block
+            (`layers.options.BLOCK_OPTIONS`, with their defaults):
+            `attention_dropout` (dropout on attention weights, 0.0),
+            `activation` (feed-forward, "relu"), `layer_norm_epsilon` (1e-5),
+            `normalize_first` (pre-LN blocks plus a final layer norm instead
+            of the paper's post-LN, False), `hashed_dropout` (every dropout
+            mask from `HashedDropout`'s integer hash, several times cheaper
+            when the step is XLA-compiled on CPU, False), `chunk_queries`
+            (on TensorFlow's CPU kernels long queries attend in chunks, see
+            `layers/query_chunks.py`: same results, faster from 33 tokens at
+            head size 16, first step traced about 3x longer, False); and the
+            base model arguments (`name`, `dtype`, ...).
 
     Example:
     >>> model = Transformer(num_layers=2, d_model=16, num_heads=2, dff=32,

@@ -12,6 +12,8 @@ from keras_transformer.layers.embedding import PositionalEmbedding, positional_e
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, padding_mask
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.residual import Residual
 
 __all__ = [
     "BaseAttention",
@@ -24,7 +26,9 @@ __all__ = [
     "FeedForward",
     "GlobalSelfAttention",
     "HashedDropout",
+    "MultiHeadAttention",
     "PositionalEmbedding",
+    "Residual",
     "causal_mask",
     "padding_mask",
     "positional_encoding",

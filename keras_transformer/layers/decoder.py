@@ -3,19 +3,12 @@
 import keras
 
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
-from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.options import (
-    ATTENTION_OPTIONS,
-    FEED_FORWARD_OPTIONS,
-    BlockOptionsMixin,
-    pop_block_options,
-    select,
-)
+from keras_transformer.layers.block import Block
 from keras_transformer.layers.stack import BlockStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(BlockOptionsMixin, keras.layers.Layer):
+class DecoderLayer(Block):
     """One decoder block: CausalSelfAttention, CrossAttention, FeedForward.
 
     Args:
@@ -49,25 +42,12 @@ class DecoderLayer(BlockOptionsMixin, keras.layers.Layer):
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
-        options = pop_block_options(kwargs, dropout_rate=dropout_rate)
-        super().__init__(**kwargs)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self._set_block_options(options)
-        attention_options = dict(dtype=self.dtype_policy, **select(options, ATTENTION_OPTIONS))
+        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
         self.causal_self_attention = CausalSelfAttention(
-            d_model, num_heads, name="causal_self_attention", **attention_options
+            d_model, num_heads, name="causal_self_attention", **self.attention_options()
         )
         self.cross_attention = CrossAttention(
-            d_model, num_heads, name="cross_attention", **attention_options
-        )
-        self.ffn = FeedForward(
-            d_model,
-            dff,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-            **select(options, FEED_FORWARD_OPTIONS),
+            d_model, num_heads, name="cross_attention", **self.attention_options()
         )
 
     def build(self, input_shape):
@@ -110,16 +90,6 @@ class DecoderLayer(BlockOptionsMixin, keras.layers.Layer):
         if return_attention_scores:
             results += (weights,)
         return results[0] if len(results) == 1 else results
-
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model, num_heads=self.num_heads, dff=self.dff, **self.block_options
-        )
-        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

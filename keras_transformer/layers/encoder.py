@@ -3,19 +3,12 @@
 import keras
 
 from keras_transformer.layers.attention import GlobalSelfAttention
-from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.options import (
-    ATTENTION_OPTIONS,
-    FEED_FORWARD_OPTIONS,
-    BlockOptionsMixin,
-    pop_block_options,
-    select,
-)
+from keras_transformer.layers.block import Block
 from keras_transformer.layers.stack import BlockStack
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(BlockOptionsMixin, keras.layers.Layer):
+class EncoderLayer(Block):
     """One encoder block: GlobalSelfAttention then FeedForward.
 
     Args:
@@ -38,25 +31,9 @@ class EncoderLayer(BlockOptionsMixin, keras.layers.Layer):
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
-        options = pop_block_options(kwargs, dropout_rate=dropout_rate)
-        super().__init__(**kwargs)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self._set_block_options(options)
+        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
         self.self_attention = GlobalSelfAttention(
-            d_model,
-            num_heads,
-            dtype=self.dtype_policy,
-            name="self_attention",
-            **select(options, ATTENTION_OPTIONS),
-        )
-        self.ffn = FeedForward(
-            d_model,
-            dff,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-            **select(options, FEED_FORWARD_OPTIONS),
+            d_model, num_heads, name="self_attention", **self.attention_options()
         )
 
     def build(self, input_shape):
@@ -67,16 +44,6 @@ class EncoderLayer(BlockOptionsMixin, keras.layers.Layer):
     def call(self, x, padding_mask=None, training=None):
         x = self.self_attention(x, padding_mask=padding_mask, training=training)
         return self.ffn(x, training=training)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model, num_heads=self.num_heads, dff=self.dff, **self.block_options
-        )
-        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
