@@ -29,6 +29,64 @@ CHOICES = {
     "strategy": distribute.STRATEGIES,
 }
 
+# Setting -> what it does, in one line: the help of its flag and config key. The
+# model's options are described beside their defaults (BLOCK_OPTION_HELP,
+# MODEL_OPTION_HELP). A setting that may be unset (None) says what unset means.
+SETTING_HELP = {
+    # Data.
+    "corpus": "where the pairs come from: demo (built in), files (src and tgt), tsv (tsv) "
+    "or tfds (tfds_name)",
+    "src": "training sources, one sentence a line, line-aligned with tgt (corpus files); "
+    "unset for the other corpora",
+    "tgt": "training targets, one sentence a line, line-aligned with src (corpus files); "
+    "unset for the other corpora",
+    "val_src": "validation sources, line-aligned with val_tgt; unset: val_tsv, or val_fraction "
+    "of the training pairs",
+    "val_tgt": "validation targets, line-aligned with val_src; unset: as for val_src",
+    "tsv": "training pairs, one source<TAB>target a line (corpus tsv); unset for the other corpora",
+    "val_tsv": "validation pairs, one source<TAB>target a line; unset: val_src and val_tgt, or "
+    "val_fraction of the training pairs",
+    "tfds_name": "tensorflow-datasets translation corpus (corpus tfds), validated on its "
+    "validation split",
+    "demo_pairs": "pairs in the built-in corpus (corpus demo)",
+    "demo_languages": "source-target num2words languages of the built-in corpus",
+    "val_fraction": "share of the training pairs held out for validation when no validation "
+    "set is given",
+    "max_tokens": "longest source or target in tokens; longer ones are truncated or dropped "
+    "(overlong)",
+    "overlong": "what happens to a pair over max_tokens: truncate or drop",
+    "batch_size": "pairs per batch",
+    "batch_tokens": "token budget per batch instead: a bucket padded to length L gets "
+    "batch_tokens // L pairs a batch; unset: batch_size pairs a batch",
+    "shuffle_buffer": "pairs in the shuffle buffer (reshuffled every epoch)",
+    # Tokenizers.
+    "vocab_size": "size of each language's WordPiece vocabulary (a small corpus gives fewer)",
+    "vocab_lower_thresh": "fewest occurrences of a word piece to enter the vocabulary",
+    "lower_case": "lowercase the text before tokenizing",
+    "normalization_form": "Unicode normalization before tokenizing (NFC, NFKC, NFD or NFKD); "
+    "none skips it",
+    # Optimisation.
+    "epochs": "epochs to train; a resumed run continues up to this many",
+    "steps_per_epoch": "training batches per epoch, the data repeating as needed; unset: one "
+    "pass over the training pairs",
+    "warmup_steps": "steps of rising learning rate before its inverse-square-root decay",
+    "label_smoothing": "label smoothing of the loss (0 for none)",
+    "early_stopping_patience": "stop after this many epochs without a better validation loss; "
+    "unset: never stop early",
+    "time_budget_minutes": "stop after the epoch that passes this many minutes; unset: no limit",
+    "jit_compile": "XLA-compile the training step: auto (Keras' choice: on GPU and TPU only), "
+    "true or false",
+    "mixed_precision": "compute dtype: none (float32), float16 or bfloat16",
+    "strategy": "distribution strategy: default, mirrored, multi_worker or tpu",
+    "seed": "random seed of the weights, the shuffling, the built-in corpus and the "
+    "validation split",
+    # The model's sizes.
+    "num_layers": "blocks in the encoder and in the decoder",
+    "d_model": "feature size (even, and divisible by num_heads)",
+    "num_heads": "attention heads",
+    "dff": "inner size of the feed-forward sublayers",
+}
+
 
 @dataclasses.dataclass
 class _RunSettings:

@@ -21,6 +21,7 @@ import socket
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import tensorflow as tf
 from num2words import num2words
 
@@ -268,7 +269,9 @@ def make_batches(
 
     Pairs are grouped into buckets by length (`bucket_boundaries`), and each
     batch is padded to its bucket's length, so a batch holds sentences of
-    similar length and the train step sees only a handful of shapes.
+    similar length and the train step sees only a handful of shapes. The
+    dataset's cardinality is its number of batches per epoch, counted in one
+    pass over the tokenized pairs, so that Keras knows the steps of every epoch.
 
     Args:
         batch_size: pairs per batch, when `batch_tokens` is None.
@@ -293,25 +296,53 @@ def make_batches(
     )
     if cache:
         ds = ds.cache()
-    if shuffle:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
 
     lengths = bucket_boundaries(max_tokens)
     if batch_tokens is not None:
         sizes = [max(1, batch_tokens // length) for length in lengths]
     else:
         sizes = [batch_size] * len(lengths)
+    # A bucket holds lengths in [boundary[i-1], boundary[i]) and its batches are
+    # padded to boundary[i] - 1 (context and target alike): boundaries are the
+    # padded lengths plus one, and every pair fits the last one.
+    boundaries = [length + 1 for length in lengths]
+    batch_sizes = sizes + [sizes[-1]]
+    # With `cache`, this pass also fills the cache that every epoch then reads.
+    num_batches = _batches_per_epoch(ds, boundaries, batch_sizes)
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = ds.bucket_by_sequence_length(
-        element_length_func=lambda inputs, out: tf.maximum(tf.size(inputs[0]), tf.size(out)),
-        # A bucket holds lengths in [boundary[i-1], boundary[i]) and its batches
-        # are padded to boundary[i] - 1 (context and target alike): boundaries
-        # are the padded lengths plus one, and every pair fits the last one.
-        bucket_boundaries=[length + 1 for length in lengths],
-        bucket_batch_sizes=sizes + [sizes[-1]],
+        element_length_func=_pair_length,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes,
         padded_shapes=(([None], [None]), [None]),
         pad_to_bucket_boundary=True,
     )
+    # Bucketing hides the number of batches from tf.data; without it Keras shows
+    # "Unknown" steps in the first epoch and warns that the input ran out of data.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _pair_length(inputs, target_out):
+    """The length that picks a pair's bucket: its longer side."""
+    return tf.maximum(tf.size(inputs[0]), tf.size(target_out))
+
+
+def _batches_per_epoch(
+    pairs: tf.data.Dataset, boundaries: list[int], batch_sizes: list[int]
+) -> int:
+    """How many batches `bucket_by_sequence_length` makes of `pairs`, in one pass.
+
+    Whatever the shuffle order, each bucket receives the same pairs and yields
+    ceil(pairs / batch size) batches, the last one partial.
+    """
+    counts = np.zeros(len(batch_sizes), np.int64)
+    for chunk in pairs.map(_pair_length).batch(8192).as_numpy_iterator():
+        # Bucket i holds boundaries[i - 1] <= length < boundaries[i].
+        buckets = np.searchsorted(boundaries, chunk, side="right")
+        counts += np.bincount(buckets, minlength=len(counts))
+    return int(sum(-(-count // size) for count, size in zip(counts, batch_sizes, strict=True)))
 
 
 def count_target_tokens(batches: tf.data.Dataset) -> int:

@@ -1,4 +1,31 @@
-"""The built-in demo: a model small enough to learn numbers-as-words in minutes on a CPU."""
+"""The built-in demo: a model small enough to learn numbers-as-words in minutes on a CPU.
+
+`run_demo` is what `keras-transformer demo` does: train, export the best
+checkpoint, reload the export and translate held-out pairs with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from keras_transformer import data
+from keras_transformer.config import TrainConfig
+from keras_transformer.export import (
+    DEFAULT_EXPORT_ROOT,
+    export_run,
+    load_translator,
+    translate_texts,
+)
+from keras_transformer.training import train
+
+if TYPE_CHECKING:
+    import keras
 
 DEMO_SETTINGS = {
     "corpus": "demo",
@@ -14,3 +41,76 @@ DEMO_SETTINGS = {
     "epochs": 4,
     "vocab_size": 2000,
 }
+DEFAULT_RUN_DIR = "runs/demo"
+DEFAULT_EXPORT_NAME = "demo"
+DEFAULT_EXAMPLES = 5
+
+
+def target_normalized(text: str) -> str:
+    """The reference as detokenize writes it: lowercased, punctuation set off by spaces."""
+    return " ".join(re.sub(r"([^\w\s])", r" \1 ", text.lower()).split())
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoTranslation:
+    """One held-out pair and what the exported model made of its source."""
+
+    source: str
+    translation: str
+    score: float  # log-probability of the translation
+    reference: str
+
+    @property
+    def correct(self) -> bool:
+        return self.translation == target_normalized(self.reference)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoResult:
+    history: keras.callbacks.History  # every epoch of the run, earlier processes' included
+    run_dir: Path
+    export_dir: Path  # EXPORT_ROOT/NAME/VERSION
+    translations: list[DemoTranslation]
+
+
+def _first_pairs(pairs, count: int) -> list[tuple[str, str]]:
+    if isinstance(pairs, tf.data.Dataset):
+        return [
+            (source.decode("utf-8"), target.decode("utf-8"))
+            for source, target in pairs.take(count).as_numpy_iterator()
+        ]
+    return list(pairs[:count])
+
+
+def run_demo(
+    config: dict | TrainConfig | None = None,
+    run_dir: str | os.PathLike = DEFAULT_RUN_DIR,
+    export_root: str | os.PathLike = DEFAULT_EXPORT_ROOT,
+    name: str = DEFAULT_EXPORT_NAME,
+    examples: int = DEFAULT_EXAMPLES,
+    verbose: str | int = "auto",
+) -> DemoResult:
+    """Trains `config` into `run_dir`, exports it and translates held-out pairs with the export.
+
+    Args:
+        config: the run's settings; `DEMO_SETTINGS` by default.
+        export_root, name: the export goes to `export_root/name/<next free version>/`.
+        examples: how many validation pairs to translate (greedy search), first ones first.
+        verbose: `model.fit` verbosity.
+    """
+    if examples < 0:
+        raise ValueError(f"examples must be 0 or more. Received: examples={examples}")
+    if config is None:
+        config = DEMO_SETTINGS
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    history = train(config, run_dir, verbose=verbose)
+    export_dir = export_run(run_dir, export_root, name=name)
+    _, val_pairs = data.load_corpus(config)
+    held_out = _first_pairs(val_pairs, examples)
+    results = translate_texts(load_translator(export_dir), data.texts(held_out, 0))
+    translations = [
+        DemoTranslation(source, translation, score, reference)
+        for (source, reference), (translation, score) in zip(held_out, results, strict=True)
+    ]
+    return DemoResult(history, Path(run_dir), export_dir, translations)

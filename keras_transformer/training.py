@@ -106,10 +106,10 @@ def train(
         config = TrainConfig.from_dict(config)
     config.validate()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     keras.utils.set_random_seed(config.seed)
-
+    # Read first: a missing or unreadable corpus leaves no run directory behind.
     train_pairs, val_pairs = data.load_corpus(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
     model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     data_settings = {

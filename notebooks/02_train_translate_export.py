@@ -19,7 +19,7 @@
 # Everything is written under `KT_NOTEBOOK_WORKDIR` (default `../runs/notebooks`). With
 # `KT_NOTEBOOK_QUICK=1` (the test suite sets it) the model is tiny and trains for a minute:
 # it runs every step but translates badly. Without it, the `keras-transformer demo` settings
-# (`training.DEMO_SETTINGS`) train for a few minutes on a CPU and translate well.
+# (`demo.DEMO_SETTINGS`) train for a few minutes on a CPU and translate well.
 
 # %%
 import os
@@ -30,15 +30,15 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Image, display
 
-from keras_transformer import data, evaluation, export, plotting, run_dir, training
-from keras_transformer.cli import target_normalized
+from keras_transformer import data, demo, evaluation, export, plotting, run_dir, training
+from keras_transformer.demo import target_normalized
 from keras_transformer.translator import Translator
 
 QUICK = os.environ.get("KT_NOTEBOOK_QUICK") == "1"
 WORKDIR = Path(os.environ.get("KT_NOTEBOOK_WORKDIR", "../runs/notebooks")).resolve()
 WORKDIR.mkdir(parents=True, exist_ok=True)
 
-settings = dict(training.DEMO_SETTINGS)
+settings = dict(demo.DEMO_SETTINGS)
 if QUICK:
     # A tiny run: every step works, the translations are poor.
     settings.update(
@@ -57,7 +57,7 @@ print(f"quick={QUICK}, run directory {RUN_DIR}\n{config}")
 
 # %%
 history = training.train(config, RUN_DIR, verbose=2)
-entries = training.read_history(RUN_DIR)
+entries = run_dir.read_history(RUN_DIR)
 assert [e["epoch"] for e in entries] == list(range(1, config.epochs + 1))
 assert all(np.isfinite(e["val_loss"]) for e in entries)
 # Training lowers the loss: the last epoch ends below the first.
@@ -73,7 +73,7 @@ display(Image(filename=str(RUN_DIR / run_dir.CURVES_FILE)))
 # %%
 model, source_tokenizer, target_tokenizer, _ = run_dir.load_run(RUN_DIR)
 translator = Translator(model, source_tokenizer, target_tokenizer, beam_width=4)
-_, val_pairs = training.load_corpus(config)
+_, val_pairs = data.load_corpus(config)
 examples = val_pairs[:5]
 sources = data.texts(examples, 0)
 

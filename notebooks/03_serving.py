@@ -60,7 +60,7 @@ if not versions(MODEL_DIR):
         "--vocab-size 300 --vocab-lower-thresh 1 --warmup-steps 50 --batch-size 32"
     ).split()
     command = [
-        sys.executable, "-m", "keras_transformer.cli", "demo", "--verbose", "2",
+        sys.executable, "-m", "keras_transformer_launcher", "demo", "--fit-verbose", "2",
         "--run-dir", str(WORKDIR / NAME), "--export-root", str(MODEL_DIR.parent),
         "--name", MODEL_DIR.name, "--examples", "2",
     ] + (quick_flags if QUICK else [])  # fmt: skip

@@ -2,6 +2,7 @@
 
 import logging
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -133,3 +134,44 @@ def test_overlong_pairs_are_truncated_or_dropped(demo_pairs, demo_tokenizers):
     assert _batches(long, demo_tokenizers, max_tokens=6, overlong="drop") == []
     with pytest.raises(ValueError, match="overlong"):
         data.make_batches(long, *demo_tokenizers, overlong="cut")
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(batch_size=32, max_tokens=48),
+        dict(batch_tokens=256, max_tokens=48),
+        dict(batch_size=16, max_tokens=12, overlong="drop"),
+    ],
+    ids=["batch_size", "batch_tokens", "drop"],
+)
+@pytest.mark.parametrize("as_dataset", [False, True], ids=["list", "dataset"])
+def test_cardinality_is_the_number_of_batches_of_every_epoch(
+    demo_pairs, demo_tokenizers, sizes, as_dataset
+):
+    pairs = demo_pairs
+    if as_dataset:  # as load_tfds gives them
+        sources, targets = data.texts(demo_pairs, 0), data.texts(demo_pairs, 1)
+        pairs = tf.data.Dataset.from_tensor_slices((sources, targets))
+    batches = data.make_batches(pairs, *demo_tokenizers, shuffle=True, seed=0, **sizes)
+    expected = int(batches.cardinality())
+    first, second = list(batches), list(batches)
+    assert expected > 0 and len(first) == len(second) == expected
+    # The epochs were shuffled differently, and yet made as many batches.
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(first, second))
+
+
+def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys):
+    from keras_transformer import training
+
+    config = dict(
+        demo_pairs=300, val_fraction=0.1, vocab_size=200, vocab_lower_thresh=1, num_layers=1,
+        d_model=16, num_heads=2, dff=32, max_tokens=16, batch_size=32, warmup_steps=10, epochs=2,
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        training.train(config, tmp_path, verbose=1)
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    progress = capsys.readouterr().out
+    # Keras writes "1/Unknown" while a dataset's cardinality is unknown.
+    assert "Epoch 1/2" in progress and "Unknown" not in progress

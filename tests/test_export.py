@@ -1,16 +1,14 @@
 """SavedModel export: TF Serving layout, signatures, and a fresh process without the library."""
 
-import io
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from keras_transformer import cli, export
+from keras_transformer import export
 from keras_transformer.translator import Translator
 
 # Runs in a fresh interpreter where `import keras_transformer` fails.
@@ -120,29 +118,3 @@ def test_saved_model_cli_lists_the_signatures(exported):
         assert expected in shown.stdout
     assert "inputs['text']" in shown.stdout and "outputs['translation']" in shown.stdout
     assert "outputs['score']" in shown.stdout and "DT_STRING" in shown.stdout
-
-
-def test_cli_export_from_a_run_dir_and_translate(tiny_run_dir, tmp_path, capsys, monkeypatch):
-    root = tmp_path / "saved_models"
-    (root / "numbers" / "3").mkdir(parents=True)  # an older version: the next one is 4
-    argv = ["export", str(tiny_run_dir), "--name", "numbers", "--export-root", str(root)]
-    assert cli.main(argv + ["--max-length", "16"]) == 0
-    assert (root / "numbers" / "4" / "saved_model.pb").is_file()
-    capsys.readouterr()
-    model = str(root / "numbers")
-    assert cli.main(["translate", "--model", model, "three one four", "", "five"]) == 0
-    out = capsys.readouterr().out.split("\n")
-    # One line per input and a final newline. What the model says for an empty
-    # source was never trained (the tiny task has no empty pairs), so only its
-    # neighbours are pinned: the empty row must not shift or spoil them.
-    assert len(out) == 4 and out[-1] == ""
-    assert out[0] == "3 1 4" and out[2] == "5"
-    assert cli.main(["translate", "--model", model, "--beam", "2", "--scores", "nine"]) == 0
-    score, translation = capsys.readouterr().out.rstrip("\n").split("\t")
-    assert translation == "9" and float(score) <= 0
-    # From stdin, in batches, with a line of undecodable bytes.
-    lines = b"three one four\n\n\xff\xfe bad bytes\n" + b"nine five\n" * 5
-    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(lines)))
-    assert cli.main(["translate", "--model", model, "--batch-size", "3"]) == 0
-    out = capsys.readouterr().out.split("\n")
-    assert len(out) == 8 + 1 and out[0] == "3 1 4" and out[3:8] == ["9 5"] * 5

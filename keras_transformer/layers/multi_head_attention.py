@@ -139,6 +139,10 @@ class MultiHeadAttention(keras.layers.Layer):
     def attend(self, query_input, key, value, attention_mask=None, training=None, query_mask=None):
         """Attention of `query_input`'s projected queries over `key` / `value` (in heads).
 
+        The queries are projected here and the keys/values by the caller
+        (`project_key_value`): queries are always new, while keys and values
+        may come from a cache (decoding) or be computed once per source.
+
         Returns `(output, weights)` as the layer does.
         """
         query = self.split_heads(self.query_dense(query_input), query_mask)

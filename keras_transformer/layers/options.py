@@ -25,6 +25,18 @@ BLOCK_OPTIONS = {
     "chunk_queries": False,
 }
 
+# Name -> what the option does, in one line: the help of its flag and config key.
+BLOCK_OPTION_HELP = {
+    "dropout_rate": "dropout rate on the embeddings and on every sublayer's output",
+    "attention_dropout": "dropout rate on the attention weights",
+    "activation": "feed-forward activation (a Keras activation name)",
+    "layer_norm_epsilon": "epsilon of every layer normalization",
+    "normalize_first": "pre-LN blocks (plus a final layer norm per stack) instead of post-LN",
+    "hashed_dropout": "dropout masks from an integer hash: cheaper under XLA on CPU",
+    "chunk_queries": "long queries attend in chunks on TensorFlow's CPU kernels: faster from "
+    "33 tokens without XLA, but the first step traces about 3x longer",
+}
+
 # The options each sublayer takes.
 ATTENTION_OPTIONS = (
     "dropout_rate",

@@ -1,0 +1,70 @@
+"""`keras-transformer train | demo | translate | export | evaluate | plot`: a thin command line.
+
+Each subcommand (one module per group: `train`, `translate`, `plot`) only
+parses flags, calls library functions and prints. A user error (a file that
+is missing or unreadable, an invalid setting, a bad number) ends the command
+with one line, `keras-transformer: error: ...`, and exit status 2; any other
+exception is a bug and shows its traceback. The console script enters through
+`keras_transformer_launcher`, which keeps TensorFlow's start-up log quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from keras_transformer.cli import plot, translate
+from keras_transformer.cli import train as train_commands
+from keras_transformer.cli.common import (
+    PROG,
+    USER_ERRORS,
+    VERBOSE_FLAG,
+    VERBOSE_HELP,
+    UserError,
+)
+from keras_transformer.cli.settings import config_from_args, setting_help
+
+__all__ = ["UserError", "build_parser", "config_from_args", "main", "setting_help"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Train, export, translate with and evaluate Transformer translators.",
+    )
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    # Each subcommand registers itself here: add_<name>_parser(subparsers).
+    train_commands.add_train_parser(subparsers)
+    train_commands.add_demo_parser(subparsers)
+    translate.add_translate_parser(subparsers)
+    translate.add_export_parser(subparsers)
+    translate.add_evaluate_parser(subparsers)
+    plot.add_plot_parser(subparsers)
+    return parser
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    else:
+        message = str(error) or type(error).__name__
+    return " ".join(message.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = VERBOSE_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as error:
+        if verbose:
+            traceback.print_exc()
+        parser.exit(2, f"{parser.prog}: error: {_one_line(error)}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

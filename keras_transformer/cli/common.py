@@ -1,0 +1,52 @@
+"""What every subcommand shares: user errors, flag types, the --verbose flag."""
+
+from __future__ import annotations
+
+import argparse
+
+PROG = "keras-transformer"
+VERBOSE_FLAG = "--verbose"
+VERBOSE_HELP = (
+    "show TensorFlow's start-up log, and the traceback of an error (default: both hidden)"
+)
+MODEL_HELP = "the exported SavedModel: EXPORT_ROOT/NAME (its latest version) or EXPORT_ROOT/NAME/N"
+BEAM_HELP = "beam search of width N (default: greedy search)"
+
+
+class UserError(Exception):
+    """A mistake in the command line, reported in one line without a traceback."""
+
+
+# What a user's mistake raises: the library raises ValueError for invalid settings
+# and OSError (FileNotFoundError, PermissionError, ...) for files it cannot use.
+USER_ERRORS = (UserError, ValueError, OSError)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _optional(kind):
+    def parse(text: str):
+        return None if text.lower() in ("none", "null", "") else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand that was not given --verbose leaves the top-level one alone.
+    parser.add_argument(
+        VERBOSE_FLAG, action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+    )

@@ -1,0 +1,114 @@
+"""The training settings as flags: one per `TrainConfig` field, with its help and default."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from keras_transformer.cli.common import _bool, _optional
+from keras_transformer.config import CHOICES, SETTING_HELP, TrainConfig, read_config_file
+from keras_transformer.layers.options import BLOCK_OPTION_HELP
+from keras_transformer.model import MODEL_OPTION_HELP
+
+
+def _fit_verbosity(text: str) -> str | int:
+    return text if text == "auto" else int(text)
+
+
+def _setting_type(field: dataclasses.Field):
+    """The argparse type of a TrainConfig field; "none" unsets a field that may be None."""
+    annotation = field.type if isinstance(field.type, str) else field.type.__name__
+    names = [name.strip() for name in annotation.split("|")]
+    kind = {"bool": _bool, "int": int, "float": float, "str": str}[
+        next(name for name in names if name != "None")
+    ]
+    return _optional(kind) if "None" in names else kind
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def setting_help(defaults: dict | None = None) -> dict[str, str]:
+    """Field name -> help of its flag: what it does and its default (`defaults` first).
+
+    A field whose default is None describes what unset means instead.
+    """
+
+    descriptions = {**SETTING_HELP, **BLOCK_OPTION_HELP, **MODEL_OPTION_HELP}
+    helps = {}
+    for field in dataclasses.fields(TrainConfig):
+        default = (defaults or {}).get(field.name, field.default)
+        text = descriptions[field.name]
+        helps[field.name] = text if default is None else f"{text} (default: {_shown(default)})"
+    return helps
+
+
+def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    """--config, --fit-verbose, and one flag per TrainConfig field (--d-model, --src, ...).
+
+    Unset field flags stay None, so that only the flags given override --config.
+    """
+
+    parser.add_argument(
+        "--config",
+        metavar="FILE.json",
+        help="JSON file of settings, {setting: value, ...} or a run's config.json, which "
+        "the flags below override; unset: the defaults and flags alone",
+    )
+    parser.add_argument(
+        "--fit-verbose",
+        type=_fit_verbosity,
+        choices=("auto", 0, 1, 2),
+        default="auto",
+        help="model.fit's display: 0 silent, 1 a progress bar, 2 a line per epoch, auto "
+        "Keras' choice (a progress bar) (default: %(default)s)",
+    )
+    group = parser.add_argument_group(
+        "settings",
+        "A flag --x-y sets the setting x_y (a key of --config). Booleans take true or "
+        "false; `none` unsets a setting that may be unset.",
+    )
+    helps = setting_help(defaults)
+    for field in dataclasses.fields(TrainConfig):
+        kind = _setting_type(field)
+        choices = CHOICES.get(field.name)
+        if kind is _bool:
+            metavar = "{true,false}"
+        else:
+            metavar = None if choices else field.name.upper()
+        group.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            type=kind,
+            choices=choices,
+            default=None,
+            metavar=metavar,
+            help=helps[field.name].replace("%", "%%"),
+        )
+
+
+def config_from_args(args: argparse.Namespace, base: dict | None = None):
+    """Defaults < `base` < --config file < flags given on the command line."""
+
+    values = dict(base or {})
+    if args.config:
+        values.update(read_config_file(args.config))
+    flags = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(TrainConfig)
+        if getattr(args, f.name, None) is not None
+    }
+    values.update(flags)
+    if "corpus" not in flags and "corpus" not in values:
+        if values.get("src") or values.get("tgt"):
+            values["corpus"] = "files"
+        elif values.get("tsv"):
+            values["corpus"] = "tsv"
+    return TrainConfig.from_dict(values)
+
+
+def print_summary(history, run_dir) -> None:
+    values = history.history.get("val_masked_accuracy") or [None]
+    print(f"Validation masked accuracy after epoch {len(values)}: {values[-1]}")
+    print(f"Run directory: {run_dir}")

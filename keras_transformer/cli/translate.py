@@ -1,0 +1,222 @@
+"""`keras-transformer translate`, `export` and `evaluate`: what works with an export."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from pathlib import Path
+
+from sacrebleu.metrics import bleu
+
+from keras_transformer.cli.common import BEAM_HELP, MODEL_HELP, add_common_flags, require_positive
+from keras_transformer.evaluation import DEFAULT_TOKENIZE, evaluate, summary_line
+from keras_transformer.export import (
+    DEFAULT_EXPORT_ROOT,
+    export_run,
+    load_translator,
+    translate_texts,
+)
+from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE
+from keras_transformer.translator import DEFAULT_MAX_LENGTH, Translator
+
+
+def add_translate_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "translate",
+        help="translate sentences with an exported SavedModel",
+        description="Translate the given sentences, or stdin one sentence a line, in batches. "
+        "Prints one translation a line (with --scores: score, a tab, translation).",
+    )
+    parser.add_argument("--model", required=True, help=MODEL_HELP)
+    parser.add_argument(
+        "texts", nargs="*", help="sentences to translate (default: stdin, one a line)"
+    )
+    parser.add_argument("--beam", type=int, default=None, metavar="N", help=BEAM_HELP)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="sentences per call of the model (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scores", action="store_true", help="print each translation's log-probability too"
+    )
+    add_common_flags(parser)
+    parser.set_defaults(func=run_translate)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+
+    require_positive(args, "beam", "batch_size")
+    if args.texts:
+        # Undecodable bytes in arguments arrive as surrogates: pass the bytes on.
+        texts = [t.encode("utf-8", errors="surrogateescape") for t in args.texts]
+    else:
+        # Raw bytes: undecodable input must not stop the run (the model replaces it).
+        texts = sys.stdin.buffer.read().splitlines()
+    saved_model = load_translator(args.model)
+    results = translate_texts(
+        saved_model,
+        texts,
+        beam_width=args.beam,
+        batch_size=args.batch_size,
+    )
+    for translation, score in results:
+        print(f"{score:.4f}\t{translation}" if args.scores else translation)
+    return 0
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def add_export_parser(subparsers) -> None:
+
+    translator_defaults = inspect.signature(Translator).parameters
+    parser = subparsers.add_parser(
+        "export",
+        help="export a training run as a SavedModel for TF Serving",
+        description="Write RUN_DIR's best checkpoint with its tokenizers to "
+        "EXPORT_ROOT/NAME/VERSION/ (TF Serving layout).",
+    )
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help=f"a training run directory (holds {CONFIG_FILE} and {BEST_CHECKPOINT})",
+    )
+    parser.add_argument("--name", required=True, help="model name under the export root")
+    parser.add_argument(
+        "--export-root",
+        default=DEFAULT_EXPORT_ROOT,
+        help="directory of TF Serving models (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--version", type=int, default=None, help="integer version (default: the next free one)"
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="most tokens a translation may have (default: "
+        f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
+    )
+    parser.add_argument(
+        "--beam-width",
+        type=int,
+        default=translator_defaults["beam_width"].default,
+        help="width of the beam_search signature (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=translator_defaults["length_penalty_alpha"].default,
+        help="GNMT length penalty alpha of beam search (default: %(default)s)",
+    )
+    add_common_flags(parser)
+    parser.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+
+    require_positive(args, "version", "max_length", "beam_width")
+    path = export_run(
+        args.run_dir,
+        args.export_root,
+        args.name,
+        args.version,
+        max_length=args.max_length,
+        beam_width=args.beam_width,
+        length_penalty_alpha=args.length_penalty,
+    )
+    print(path)
+    return 0
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+
+def add_evaluate_parser(subparsers) -> None:
+
+    # sacrebleu's own list of BLEU tokenizers, so a typo is caught before translating.
+    tokenizers = sorted(getattr(bleu, "_TOKENIZERS", {})) or None
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="BLEU and chrF of an exported SavedModel on a test set",
+        description="Translate --src with the SavedModel and score it against --ref "
+        "(line-aligned files) with sacrebleu. Writes translations.txt and scores.json to "
+        "--output-dir and prints one summary line and the scores as JSON. Pre-tokenized "
+        "corpora (TED pt-en, Multi30k tok/) need --tokenize none.",
+    )
+    parser.add_argument("--model", required=True, help=MODEL_HELP)
+    parser.add_argument("--src", required=True, help="source sentences, one a line")
+    parser.add_argument("--ref", required=True, help="reference translations, line-aligned")
+    parser.add_argument(
+        "--tokenize",
+        default=DEFAULT_TOKENIZE,
+        choices=tokenizers,
+        help="sacrebleu BLEU tokenizer; 'none' for pre-tokenized text (default: %(default)s)",
+    )
+    parser.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
+    parser.add_argument("--beam", type=int, default=None, metavar="N", help=BEAM_HELP)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="sentences per call of the model (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where translations.txt and scores.json go (default: evaluations/NAME, "
+        "NAME the model's)",
+    )
+    parser.add_argument(
+        "--json-out",
+        default="-",
+        metavar="FILE",
+        help="write the scores JSON to FILE; '-' prints it on stdout, and the summary line "
+        "then goes to stderr (default: %(default)s)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_common_flags(parser)
+    parser.set_defaults(func=run_evaluate)
+
+
+def _model_name(model: str) -> str:
+    path = Path(model).resolve()
+    # saved_models/NAME/VERSION -> NAME
+    return path.parent.name if path.name.isdigit() else path.name
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+
+    require_positive(args, "beam", "batch_size")
+    output_dir = args.output_dir or str(Path("evaluations") / _model_name(args.model))
+    result = evaluate(
+        args.model,
+        args.src,
+        args.ref,
+        tokenize=args.tokenize,
+        lowercase=args.lowercase,
+        batch_size=args.batch_size,
+        output_dir=output_dir,
+        beam_width=args.beam,
+        progress=not args.no_progress,
+    )
+    result.update(
+        model=str(args.model),
+        src=str(args.src),
+        ref=str(args.ref),
+        search=f"beam {args.beam}" if args.beam else "greedy",
+    )
+    text = json.dumps(result, indent=2)
+    if args.json_out == "-":
+        print(summary_line(result), file=sys.stderr)
+        print(text)
+    else:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(text + "\n", encoding="utf-8")
+        print(summary_line(result))
+        print(f"Scores: {args.json_out}; translations: {result['translations_file']}")
+    return 0

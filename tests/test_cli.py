@@ -1,0 +1,404 @@
+"""The command line: every subcommand end to end on the tiny fixtures, its settings, its
+help, and its user errors (one line, exit status 2, no traceback)."""
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from keras_transformer import cli, export
+from keras_transformer.config import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = ["three one four", "one five nine two", "two six", "eight"]
+ERROR_PREFIX = "keras-transformer: error: "
+# What TensorFlow's C++ start-up log looks like: absl's preamble, glog-style lines
+# ("I0000 00:00:... port.cc:153] oneDNN custom operations are on...") and the CPU
+# feature notice's second line.
+TF_LOG_LINE = re.compile(
+    r"absl::InitializeLog|^[IWEF]\d{4} \d\d:\d\d:|oneDNN|cpu_feature_guard|"
+    r"To enable the following instructions",
+    re.MULTILINE,
+)
+
+
+@pytest.fixture(scope="module")
+def saved_model(tiny_translation_model, tmp_path_factory):
+    tiny = tiny_translation_model
+    root = tmp_path_factory.mktemp("saved_models")
+    export.export_translator(
+        tiny.model,
+        root,
+        "digits",
+        source_tokenizer=tiny.source_tokenizer,
+        target_tokenizer=tiny.target_tokenizer,
+        max_length=16,
+    )
+    return root / "digits"
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def png_size(path):
+    assert path.stat().st_size > 1000
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        # Not a blank canvas.
+        assert len(image.convert("L").getcolors(maxcolors=1 << 16) or [None] * 2) > 1
+        return image.size
+
+
+def user_error(capsys, argv) -> str:
+    """Runs the command, which must fail as a user error; returns the error message."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1 and err.startswith(ERROR_PREFIX), err
+    return err[len(ERROR_PREFIX) :].rstrip("\n")
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+
+def test_evaluate_perfect_reference(saved_model, tmp_path, capsys):
+    # The model's own translations are a perfect reference: BLEU and chrF are 100.
+    model_outputs = [
+        t for t, _ in export.translate_texts(export.load_translator(saved_model), SOURCES)
+    ]
+    assert any(model_outputs)
+    src = write_lines(tmp_path / "test.src", SOURCES)
+    ref = write_lines(tmp_path / "test.ref", model_outputs)
+    out_dir = tmp_path / "eval"
+    code = cli.main(
+        ["evaluate", "--model", str(saved_model), "--src", str(src), "--ref", str(ref),
+         "--tokenize", "none", "--batch-size", "3", "--output-dir", str(out_dir), "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # stdout is the JSON alone
+    assert result["bleu"] == 100.0 and result["chrf"] == 100.0
+    assert result["sentences"] == len(SOURCES) and result["search"] == "greedy"
+    assert "tok:none" in result["bleu_signature"]
+    assert "BLEU 100.00" in captured.err
+    assert (out_dir / "translations.txt").read_text(encoding="utf-8").splitlines() == model_outputs
+    assert json.loads((out_dir / "scores.json").read_text())["bleu"] == 100.0
+
+
+def test_evaluate_json_out_beam_and_wrong_reference(saved_model, tmp_path, capsys):
+    src = write_lines(tmp_path / "test.src", SOURCES)
+    # Digits the model never writes for these sources: a poor score, not 100.
+    ref = write_lines(tmp_path / "test.ref", ["7 7 7", "0 0 0 0", "7 0", "5"])
+    json_out = tmp_path / "scores" / "result.json"
+    code = cli.main(
+        ["evaluate", "--model", str(saved_model), "--src", str(src), "--ref", str(ref),
+         "--beam", "2", "--output-dir", str(tmp_path / "eval"), "--json-out", str(json_out),
+         "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    result = json.loads(json_out.read_text())
+    assert result["bleu"] < 10 and result["search"] == "beam 2"
+    assert capsys.readouterr().out.startswith("BLEU ")
+
+
+def test_evaluate_rejects_bad_input(saved_model, tmp_path, capsys):
+    src = write_lines(tmp_path / "test.src", SOURCES)
+    short = write_lines(tmp_path / "short.ref", ["3 1 4"])
+    missing = tmp_path / "missing.ref"
+    base = ["evaluate", "--model", str(saved_model), "--src", str(src), "--no-progress"]
+    message = user_error(capsys, base + ["--ref", str(short), "--output-dir", str(tmp_path / "e")])
+    assert "4 lines but the reference has 1" in message
+    message = user_error(capsys, base + ["--ref", str(missing)])
+    assert message == f"{missing}: No such file or directory"
+    assert user_error(capsys, base + ["--ref", str(short), "--beam", "0"]) == (
+        "--beam must be positive, got 0"
+    )
+    assert "--batch-size" in user_error(capsys, base + ["--ref", str(short), "--batch-size", "0"])
+    # argparse's own errors keep argparse's form: usage, then "PROG SUBCOMMAND: error: ...".
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(base + ["--ref", str(short), "--tokenize", "moses"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "keras-transformer evaluate: error: argument --tokenize: invalid choice" in err
+    assert not (tmp_path / "e").exists(), "nothing is written when the input is refused"
+
+
+# ----------------------------------------------------------------------------- export, translate
+
+
+def test_cli_export_from_a_run_dir_and_translate(tiny_run_dir, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "saved_models"
+    (root / "numbers" / "3").mkdir(parents=True)  # an older version: the next one is 4
+    argv = ["export", str(tiny_run_dir), "--name", "numbers", "--export-root", str(root)]
+    assert cli.main(argv + ["--max-length", "16"]) == 0
+    assert (root / "numbers" / "4" / "saved_model.pb").is_file()
+    capsys.readouterr()
+    model = str(root / "numbers")
+    assert cli.main(["translate", "--model", model, "three one four", "", "five"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    # One line per input and a final newline. What the model says for an empty
+    # source was never trained (the tiny task has no empty pairs), so only its
+    # neighbours are pinned: the empty row must not shift or spoil them.
+    assert len(out) == 4 and out[-1] == ""
+    assert out[0] == "3 1 4" and out[2] == "5"
+    assert cli.main(["translate", "--model", model, "--beam", "2", "--scores", "nine"]) == 0
+    score, translation = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert translation == "9" and float(score) <= 0
+    # From stdin, in batches, with a line of undecodable bytes.
+    lines = b"three one four\n\n\xff\xfe bad bytes\n" + b"nine five\n" * 5
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(lines)))
+    assert cli.main(["translate", "--model", model, "--batch-size", "3"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == 8 + 1 and out[0] == "3 1 4" and out[3:8] == ["9 5"] * 5
+    # The same version again is refused, and the existing export is left alone.
+    message = user_error(capsys, argv + ["--version", "4"])
+    assert str(root / "numbers" / "4") in message and "exists" in message
+
+
+def test_export_and_translate_user_errors(tiny_run_dir, tmp_path, capsys):
+    not_a_run = tmp_path / "not_a_run"
+    not_a_run.mkdir()
+    message = user_error(capsys, ["export", str(not_a_run), "--name", "x"])
+    assert message == f"{not_a_run} is not a run directory: {not_a_run / 'config.json'} is missing."
+    # A run without a finished epoch has no checkpoint to export.
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(tiny_run_dir, unfinished)
+    shutil.rmtree(unfinished / "checkpoints")
+    message = user_error(capsys, ["export", str(unfinished), "--name", "x"])
+    assert message.startswith("No checkpoint at ") and "best.keras" in message
+    missing_model = tmp_path / "saved_models" / "nothing"
+    message = user_error(capsys, ["translate", "--model", str(missing_model), "one"])
+    assert message.startswith(f"No SavedModel at {missing_model}")
+    # Bad numbers are refused before the model is loaded.
+    assert user_error(capsys, ["translate", "--model", str(missing_model), "--beam", "0"]) == (
+        "--beam must be positive, got 0"
+    )
+    assert user_error(capsys, ["translate", "--model", "m", "--batch-size", "0", "one"]) == (
+        "--batch-size must be positive, got 0"
+    )
+
+
+def test_verbose_shows_the_traceback_of_a_user_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--verbose", "export", str(tmp_path), "--name", "x"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "Traceback" in err and "FileNotFoundError" in err
+    assert err.splitlines()[-1].startswith(ERROR_PREFIX + f"{tmp_path} is not a run directory")
+
+
+def test_no_tensorflow_log_on_stderr(tmp_path):
+    """A real process through the console script's entry point: TensorFlow loads, the
+    command fails as a user error, and stderr holds that one line and none of
+    TensorFlow's C++ start-up log."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO)
+    missing = tmp_path / "no_model"
+    run = subprocess.run(
+        [sys.executable, "-m", "keras_transformer_launcher", "translate", "--model", str(missing)]
+        + ["x"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert not TF_LOG_LINE.search(run.stderr), run.stderr
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(ERROR_PREFIX + f"No SavedModel at {missing}"), run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
+# ----------------------------------------------------------------------------- plot
+
+
+def test_plot_encoding_and_schedule(tmp_path, capsys):
+    encoding, schedule = tmp_path / "encoding.png", tmp_path / "figures" / "schedule.png"
+    cli.main(["plot", "encoding", "--length", "64", "--depth", "32", "--out", str(encoding)])
+    cli.main(
+        ["plot", "schedule", "--warmup-steps", "400", "--steps", "4000", "--out", str(schedule)]
+    )
+    width, height = png_size(encoding)
+    assert 600 < width < 900 and 400 < height < 600
+    width, height = png_size(schedule)
+    assert 500 < width < 800 and 300 < height < 500
+    assert user_error(capsys, ["plot", "encoding", "--depth", "0", "--out", str(encoding)]) == (
+        "--depth must be positive, got 0"
+    )
+
+
+def test_plot_attention_and_curves(tiny_run_dir, tmp_path, capsys):
+    keys = ("epoch", "loss", "val_loss", "masked_accuracy", "val_masked_accuracy")
+    history = [dict(zip(keys, (1, 2.0, 1.8, 0.3, 0.4))), dict(zip(keys, (2, 1.2, 1.1, 0.6, 0.6)))]
+    # A copy of the run directory with a history: the session fixture stays untouched.
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    (run / "history.json").write_text(json.dumps(history))
+    attention, curves = tmp_path / "attention.png", tmp_path / "curves.png"
+    cli.main(
+        ["plot", "attention", "--run-dir", str(run), "three one four", "--out", str(attention)]
+    )
+    cli.main(["plot", "curves", "--run-dir", str(run), "--out", str(curves)])
+    width, height = png_size(attention)
+    assert width > 600 and height > 250  # four heads side by side
+    width, height = png_size(curves)
+    assert 800 < width < 1200 and 300 < height < 500
+    message = user_error(
+        capsys, ["plot", "curves", "--run-dir", str(tiny_run_dir), "--out", str(curves)]
+    )
+    assert message == f"{tiny_run_dir} has no history.json: no finished epoch to plot"
+    message = user_error(
+        capsys,
+        ["plot", "attention", "--run-dir", str(run), "x", "--checkpoint", "nope.keras",
+         "--out", str(attention)],
+    )  # fmt: skip
+    assert message.startswith(f"No checkpoint at {run / 'nope.keras'}")
+
+
+# ----------------------------------------------------------------------------- train settings
+
+
+def test_config_flags_override_file_which_overrides_defaults(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"d_model": 32, "num_heads": 2, "epochs": 7}))
+    args = cli.build_parser().parse_args(
+        [
+            "train",
+            "--run-dir",
+            "x",
+            "--config",
+            str(path),
+            "--epochs",
+            "3",
+            "--src",
+            "a",
+            "--tgt",
+            "b",
+            "--batch-tokens",
+            "512",
+            "--lower-case",
+            "false",
+        ]
+    )
+    config = cli.config_from_args(args)
+    assert (config.d_model, config.num_heads, config.epochs) == (32, 2, 3)
+    assert config.corpus == "files" and config.batch_tokens == 512 and config.lower_case is False
+    assert config.dff == TrainConfig().dff
+    path.write_text(json.dumps({"d_modl": 32}))
+    with pytest.raises(ValueError, match="d_modl"):
+        TrainConfig.from_file(path)
+    with pytest.raises(ValueError, match="mixed_precision"):
+        TrainConfig(mixed_precision="half").validate()
+
+
+def test_train_user_errors(tmp_path, capsys):
+    run = ["train", "--run-dir", str(tmp_path / "run")]
+    missing = tmp_path / "missing.pt"
+    target = write_lines(tmp_path / "train.en", ["one"])
+    message = user_error(capsys, run + ["--src", str(missing), "--tgt", str(target)])
+    assert message == f"{missing}: No such file or directory"
+
+    not_json = tmp_path / "settings.json"
+    not_json.write_text("{epochs: 3}")
+    message = user_error(capsys, run + ["--config", str(not_json)])
+    assert message.startswith(f"Config file {not_json} is not valid JSON")
+    message = user_error(capsys, run + ["--config", str(tmp_path / "none.json")])
+    assert message.startswith(f"Config file {tmp_path / 'none.json'} cannot be read")
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"d_modl": 32}))
+    assert user_error(capsys, run + ["--config", str(unknown)]).startswith(
+        "Unknown training settings: ['d_modl']"
+    )
+
+    assert user_error(capsys, run + ["--d-model", "0"]) == (
+        "d_model must be positive. Received: d_model=0"
+    )
+    assert "needs both src and tgt" in user_error(capsys, run + ["--corpus", "files"])
+    # A flag's own type is argparse's to check, in argparse's form.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(run + ["--lower-case", "maybe"])
+    assert exit_info.value.code == 2
+    assert "keras-transformer train: error: argument --lower-case" in capsys.readouterr().err
+
+
+def test_every_setting_has_a_help_with_its_default():
+    helps = cli.setting_help()
+    fields = dataclasses.fields(TrainConfig)
+    assert set(helps) == {field.name for field in fields}
+    for field in fields:
+        text = helps[field.name]
+        assert len(text) > 20 and "default: None" not in text, (field.name, text)
+        if field.default is None:
+            assert "unset" in text, (field.name, text)  # what unset means
+        else:
+            shown = str(field.default).lower() if isinstance(field.default, bool) else field.default
+            assert text.endswith(f"(default: {shown})"), (field.name, text)
+    # The demo's flags show the demo's defaults.
+    from keras_transformer.demo import DEMO_SETTINGS
+
+    assert cli.setting_help(DEMO_SETTINGS)["epochs"].endswith(
+        f"(default: {DEMO_SETTINGS['epochs']})"
+    )
+
+
+def _parsers(parser, name):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(sub, f"{name} {sub_name}")
+
+
+def test_every_flag_says_what_it_does_and_its_default(capsys):
+    parsers = dict(_parsers(cli.build_parser(), "keras-transformer"))
+    assert {"keras-transformer train", "keras-transformer plot curves"} <= set(parsers)
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            flag = f"{name} {action.option_strings[0]}"
+            assert action.help and "default: None" not in action.help, flag
+            if action.nargs != 0 and not action.required:  # a flag that takes a value
+                assert "default: " in action.help or "unset" in action.help, flag
+    for name in parsers:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([*name.split()[1:], "--help"])
+        assert exit_info.value.code == 0
+        shown = capsys.readouterr().out
+        assert shown.startswith("usage: " + name) and "default: None" not in shown, name
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+@pytest.mark.slow
+def test_demo_trains_exports_and_translates_with_the_export(tmp_path, capsys):
+    tiny = ["--demo-pairs", "300", "--epochs", "1", "--num-layers", "1", "--d-model", "16",
+            "--num-heads", "2", "--dff", "32", "--vocab-size", "200", "--vocab-lower-thresh", "1",
+            "--max-tokens", "16", "--warmup-steps", "10", "--batch-size", "32"]  # fmt: skip
+    run_dir, root = tmp_path / "run", tmp_path / "saved_models"
+    argv = ["demo", "--run-dir", str(run_dir), "--export-root", str(root), "--name", "numbers"]
+    assert cli.main(argv + ["--examples", "3", "--fit-verbose", "0", *tiny]) == 0
+    out = capsys.readouterr().out
+    assert (root / "numbers" / "1" / "saved_model.pb").is_file()
+    assert (run_dir / "config.json").is_file()
+    assert f"Exported the best checkpoint to {root / 'numbers' / '1'}" in out
+    assert (
+        len(re.findall(r"^    -> .*\[(ok|differs); score -?\d+\.\d{3}; reference: ", out, re.M))
+        == 3
+    )
+    assert f"keras-transformer translate --model {root / 'numbers'}" in out
