@@ -54,6 +54,19 @@ def decode_length(model, max_length: int | None) -> int:
     return min(int(max_length), limit)
 
 
+def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
+    """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
+
+    fairseq's `max_len_a` / `max_len_b`: one row that never emits [END] costs its
+    own few steps instead of holding the whole batch to `max_length`.
+
+    Args:
+        source_lengths: int `(batch,)`, the real source tokens of each row.
+    """
+    limits = tf.math.floor(a * tf.cast(source_lengths, tf.float32) + b)
+    return tf.clip_by_value(tf.cast(limits, tf.int32), 1, max_length)
+
+
 def length_penalty(length, alpha: float):
     """GNMT length penalty (Wu et al., 2016): ((5 + length) / 6) ** alpha."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
@@ -80,8 +93,12 @@ def _token_search(
     stop_at_end: bool,
     use_cache: bool,
     return_logits: bool,
+    row_limits=None,
 ) -> DecodeResult:
-    """One token per row per step, chosen by `choose(logits, step) -> int64 ids`."""
+    """One token per row per step, chosen by `choose(logits, step) -> int64 ids`.
+
+    A row whose `row_limits` entry is reached gets [END] as its last token.
+    """
     context_ids = tf.convert_to_tensor(context_ids)
     steps = decode_length(model, max_length)
     batch = tf.shape(context_ids)[0]
@@ -95,7 +112,10 @@ def _token_search(
     def body(i, tokens, state, done, scores, lengths, logits_array):
         logits, state = model.decoding_step(tokens, i, state)
         log_probs = tf.nn.log_softmax(logits, axis=-1)
-        ids = tf.where(done, tf.constant(PAD_ID, tf.int64), choose(logits, i))
+        ids = choose(logits, i)
+        if row_limits is not None:
+            ids = tf.where(i + 1 >= row_limits, tf.constant(END_ID, tf.int64), ids)
+        ids = tf.where(done, tf.constant(PAD_ID, tf.int64), ids)
         token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
         scores += tf.where(done, 0.0, token_log_prob)
         lengths += tf.cast(tf.logical_not(done), tf.int32)
@@ -133,6 +153,7 @@ def greedy_search(
     stop_at_end: bool = True,
     use_cache: bool = True,
     return_logits: bool = False,
+    row_limits=None,
 ) -> DecodeResult:
     """Greedy decoding: the most likely token at every step.
 
@@ -145,6 +166,9 @@ def greedy_search(
         use_cache: False re-runs the encoder and the whole decoder prefix at
             every step (the tutorial's way); the result is the same.
         return_logits: also return each step's logits.
+        row_limits: optional int `(batch,)`, the most tokens each row may
+            generate ([END] included; see `source_relative_limits`): a row that
+            reaches its limit ends there with [END].
     """
     return _token_search(
         model,
@@ -154,6 +178,7 @@ def greedy_search(
         stop_at_end,
         use_cache,
         return_logits,
+        row_limits,
     )
 
 
@@ -195,10 +220,12 @@ def sample(
     seed: int | None = None,
     stop_at_end: bool = True,
     return_logits: bool = False,
+    row_limits=None,
 ) -> DecodeResult:
     """Sampling with temperature, top-k and top-p; the same `seed` gives the same output.
 
-    Scores are log-probabilities under the unfiltered model distribution.
+    Scores are log-probabilities under the unfiltered model distribution;
+    `row_limits` as for `greedy_search`.
     """
     filter_logits(tf.zeros([1, 2]), temperature, top_k, top_p)  # checks the arguments now
     if seed is None:
@@ -211,7 +238,9 @@ def sample(
         drawn = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int64)
         return drawn[:, 0]
 
-    return _token_search(model, context_ids, max_length, choose, stop_at_end, True, return_logits)
+    return _token_search(
+        model, context_ids, max_length, choose, stop_at_end, True, return_logits, row_limits
+    )
 
 
 class _Beams(NamedTuple):
@@ -257,6 +286,7 @@ def beam_search(
     length_penalty_alpha: float = 0.6,
     stop_at_end: bool = True,
     use_cache: bool = True,
+    row_limits=None,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; returns the best hypothesis per row.
 
@@ -277,6 +307,8 @@ def beam_search(
             exactly `max_length` steps (benchmarks).
         use_cache: False re-runs the encoder and the whole decoder prefix at
             every step (the tutorial's way, for benchmarks); same result.
+        row_limits: optional int `(batch,)`, the most tokens each row may
+            generate: at its limit every hypothesis of the row must end ([END]).
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
@@ -300,6 +332,11 @@ def beam_search(
         tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
         logits, state = model.decoding_step(tokens, i, state)
         log_probs = tf.reshape(tf.nn.log_softmax(logits, axis=-1), [batch, width, vocab])
+        if row_limits is not None:
+            # At its limit a row may only end: every other token is ruled out.
+            not_end = tf.range(vocab) != END_ID
+            forced = tf.logical_and((i + 1 >= row_limits)[:, None, None], not_end)
+            log_probs = tf.where(forced, _NEG_INF, log_probs)
         candidates = beams.alive_log_prob[:, :, None] + log_probs
         candidates = tf.reshape(candidates, [batch, width * vocab])
         # 2 * width candidates leave `width` unfinished ones even if `width` end here.

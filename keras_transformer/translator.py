@@ -22,6 +22,11 @@ BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
 # Most generated tokens by default: the tutorial's MAX_TOKENS, and far beyond
 # a sentence; the model's own max_length caps it.
 DEFAULT_MAX_LENGTH = 128
+# Each row may generate at most a * source tokens + b (fairseq's max_len_a/b).
+# Generous for translation between European languages (outputs rarely pass
+# 1.5x their source in subwords), yet a row that never ends stops early.
+DEFAULT_MAX_LENGTH_A = 1.5
+DEFAULT_MAX_LENGTH_B = 10
 
 
 class Translator(tf.Module):
@@ -37,6 +42,10 @@ class Translator(tf.Module):
         source_tokenizer, target_tokenizer: `Tokenizer`s of the training run.
         max_length: most generated tokens per row. Defaults to
             min(128, model.max_length).
+        max_length_a, max_length_b: floats. A row also stops after
+            `a * source_tokens + b` tokens (its last one then [END]), so one
+            row that never ends does not hold its batch to `max_length`.
+            Defaults to 1.5 and 10; `max_length_a=None` turns the cap off.
         beam_width: int. Width of `beam_search`. Defaults to 4.
         length_penalty_alpha: float. GNMT length penalty of beam search.
             Defaults to 0.6.
@@ -57,6 +66,8 @@ class Translator(tf.Module):
         source_tokenizer,
         target_tokenizer,
         max_length: int | None = None,
+        max_length_a: float | None = DEFAULT_MAX_LENGTH_A,
+        max_length_b: float = DEFAULT_MAX_LENGTH_B,
         beam_width: int = 4,
         length_penalty_alpha: float = 0.6,
         stop_at_end: bool = True,
@@ -77,6 +88,8 @@ class Translator(tf.Module):
         self.max_length = decoding.decode_length(
             model, max_length or min(DEFAULT_MAX_LENGTH, int(model.max_length))
         )
+        self.max_length_a = None if max_length_a is None else float(max_length_a)
+        self.max_length_b = float(max_length_b)
         self.beam_width = int(beam_width)
         self.length_penalty_alpha = float(length_penalty_alpha)
         self.stop_at_end = bool(stop_at_end)
@@ -100,6 +113,16 @@ class Translator(tf.Module):
         # A zero-row batch has no columns; give it the two every row has.
         return tf.reshape(ids, [-1, tf.maximum(tf.shape(ids)[1], 2)])
 
+    def row_limits(self, context_ids):
+        """Most tokens each row may generate (None without the source-relative cap)."""
+        if self.max_length_a is None or not self.stop_at_end:
+            return None  # benchmarks decode exactly `max_length` steps
+        # Real source tokens, without [START] and [END].
+        source_lengths = tf.math.count_nonzero(context_ids, axis=1, dtype=tf.int32) - 2
+        return decoding.source_relative_limits(
+            source_lengths, self.max_length_a, self.max_length_b, self.max_length
+        )
+
     def _outputs(self, context_ids, result: decoding.DecodeResult) -> dict[str, tf.Tensor]:
         ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
         return {
@@ -120,6 +143,7 @@ class Translator(tf.Module):
             self.max_length,
             stop_at_end=self.stop_at_end,
             use_cache=self.use_cache,
+            row_limits=self.row_limits(context_ids),
         )
         return self._outputs(context_ids, result)
 
@@ -135,6 +159,7 @@ class Translator(tf.Module):
             self.length_penalty_alpha,
             stop_at_end=self.stop_at_end,
             use_cache=self.use_cache,
+            row_limits=self.row_limits(context_ids),
         )
         return self._outputs(context_ids, result)
 
@@ -191,7 +216,14 @@ class Translator(tf.Module):
         def run(text):
             context_ids = self.source_ids(text)
             result = decoding.sample(
-                self.model, context_ids, self.max_length, temperature, top_k, top_p, seed
+                self.model,
+                context_ids,
+                self.max_length,
+                temperature,
+                top_k,
+                top_p,
+                seed,
+                row_limits=self.row_limits(context_ids),
             )
             return self._outputs(context_ids, result)
 

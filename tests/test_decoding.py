@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.constants import END_ID
 
 MAX_LENGTH = 16
 
@@ -151,3 +152,32 @@ def test_cached_beam_equals_uncached_beam(tiny):
     uncached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH, use_cache=False)
     np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_source_relative_cap_bounds_every_row(tiny, search):
+    """Each row stops at its own limit, with [END] as its last token; rows under it are
+    untouched."""
+    context_ids = tiny.context_ids
+    free = (
+        decoding.greedy_search(tiny.model, context_ids, 20)
+        if search == "greedy"
+        else decoding.beam_search(tiny.model, context_ids, 3, 20)
+    )
+    limits = tf.constant(np.arange(len(context_ids)) % 4 + 1, tf.int32)
+    capped = (
+        decoding.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
+        if search == "greedy"
+        else decoding.beam_search(tiny.model, context_ids, 3, 20, row_limits=limits)
+    )
+    for row, limit in enumerate(limits.numpy()):
+        length = int(capped.lengths[row])
+        assert 1 <= length <= limit
+        assert int(capped.tokens[row, length - 1]) == END_ID
+        if int(free.lengths[row]) <= limit and search == "greedy":
+            np.testing.assert_array_equal(capped.tokens[row], free.tokens[row])
+
+
+def test_source_relative_limits():
+    limits = decoding.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
+    np.testing.assert_array_equal(limits, [10, 16, 50])

@@ -95,3 +95,22 @@ def test_sampling_and_bad_arguments(translator):
         translator(["one"], method="nucleus")
     with pytest.raises(ValueError, match="beam_width"):
         translator(["one"], method="beam", beam_width=0)
+
+
+def test_source_relative_cap_reaches_every_search(tiny_translation_model):
+    tiny = tiny_translation_model
+    # a=0, b=2: every row stops after two tokens whatever its source.
+    capped = Translator(
+        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length_a=0, max_length_b=2
+    )
+    for method in ("greedy", "beam", "sample"):
+        lengths = capped(tiny.sentences, method=method, seed=1)["lengths"].numpy()
+        assert lengths.max() <= 2, method
+    # The default cap leaves these short sentences alone.
+    default = Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer)
+    uncapped = Translator(
+        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length_a=None
+    )
+    np.testing.assert_array_equal(
+        default(tiny.sentences)["tokens"], uncapped(tiny.sentences)["tokens"]
+    )

@@ -102,6 +102,18 @@ def add_export_parser(subparsers) -> None:
         f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
     )
     parser.add_argument(
+        "--max-length-a",
+        type=float,
+        default=translator_defaults["max_length_a"].default,
+        help="a row also stops after A * its source tokens + B tokens (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-length-b",
+        type=float,
+        default=translator_defaults["max_length_b"].default,
+        help="B of that cap (default: %(default)s)",
+    )
+    parser.add_argument(
         "--beam-width",
         type=int,
         default=translator_defaults["beam_width"].default,
@@ -119,13 +131,15 @@ def add_export_parser(subparsers) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
 
-    require_positive(args, "version", "max_length", "beam_width")
+    require_positive(args, "version", "max_length", "beam_width", "max_length_a")
     path = export_run(
         args.run_dir,
         args.export_root,
         args.name,
         args.version,
         max_length=args.max_length,
+        max_length_a=args.max_length_a,
+        max_length_b=args.max_length_b,
         beam_width=args.beam_width,
         length_penalty_alpha=args.length_penalty,
     )

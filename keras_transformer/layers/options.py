@@ -9,19 +9,14 @@ feed-forward sublayers take the subset they use, explicitly.
 
 from keras_transformer.layers import validation
 
-# Name -> default.
+# Name -> default (what each does: BLOCK_OPTION_HELP).
 BLOCK_OPTIONS = {
     "dropout_rate": 0.1,
-    # Dropout on the attention weights.
     "attention_dropout": 0.0,
-    # Feed-forward activation.
     "activation": "relu",
     "layer_norm_epsilon": 1e-5,
-    # Pre-LN blocks (plus a final layer norm per stack) instead of the paper's post-LN.
     "normalize_first": False,
-    # Dropout masks from an integer hash (`HashedDropout`): cheaper under XLA on CPU.
     "hashed_dropout": False,
-    # Long queries attend in chunks on TensorFlow's CPU kernels (`query_chunks.py`).
     "chunk_queries": False,
 }
 
