@@ -81,13 +81,39 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class EpochCheckpoints(keras.callbacks.Callback):
+    """Saves the model after every epoch as `checkpoints/epoch_NNNN.keras`, keeping the last `keep`.
+
+    They are what `export --average-last N` averages. Each is written under a
+    temporary name and renamed, so a kill never leaves half a checkpoint.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, keep: int):
+        super().__init__()
+        if keep <= 0:
+            raise ValueError(f"keep must be positive. Received: keep={keep}")
+        self.run_dir = Path(run_dir)
+        self.keep = keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = run_dir_lib.epoch_checkpoint(self.run_dir, epoch + 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(".partial." + path.name)
+        self.model.save(partial)
+        os.replace(partial, path)
+        for old in run_dir_lib.epoch_checkpoints(self.run_dir)[: -self.keep]:
+            old.unlink()
+
+
 def make_callbacks(
     run_dir: Path,
     best_val_loss: float | None,
     time_budget_minutes: float | None = None,
     early_stopping_patience: int | None = None,
+    keep_epoch_checkpoints: int = 0,
 ) -> list:
-    """History, backups (resume after a kill), best/last checkpoints, TensorBoard, NaN stop."""
+    """History, backups (resume after a kill), best/last checkpoints, TensorBoard, NaN stop;
+    with `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging."""
     callbacks = [
         # First, so that an epoch is in history.json before its backup claims it done.
         RunHistory(run_dir),
@@ -109,6 +135,10 @@ def make_callbacks(
             run_dir / run_dir_lib.BACKUP_DIR, double_checkpoint=True, delete_checkpoint=False
         ),
     ]
+    if keep_epoch_checkpoints:
+        # Before the backup, like the other checkpoints: a kill after the backup
+        # claims the epoch done must find its checkpoint written.
+        callbacks.insert(3, EpochCheckpoints(run_dir, keep_epoch_checkpoints))
     if time_budget_minutes:
         callbacks.append(TimeBudget(time_budget_minutes))
     if early_stopping_patience:

@@ -93,3 +93,26 @@ def load_model(path: str | os.PathLike, compile: bool = False):
                     data = migrated if item.filename == _WEIGHTS_FILE else archive.read(item)
                     out.writestr(item, data)
             return keras.models.load_model(copy, compile=compile)
+
+
+def average(paths) -> keras.Model:
+    """The model of the first checkpoint with every weight the mean over all `paths`.
+
+    Averaging the last few epochs' weights smooths the noise of the final
+    updates (Vaswani et al. average the last 5 or 20 checkpoints); it works on
+    checkpoints of one run, which share their architecture.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("No checkpoints to average.")
+    model = load_model(paths[0])
+    sums = [w.numpy().astype("float64") for w in model.weights]
+    for path in paths[1:]:
+        other = load_model(path)
+        if len(other.weights) != len(sums):
+            raise ValueError(f"{path} does not hold the same model as {paths[0]}.")
+        for total, weight in zip(sums, other.weights):
+            total += weight.numpy()
+    for weight, total in zip(model.weights, sums):
+        weight.assign((total / len(paths)).astype(weight.dtype))
+    return model

@@ -124,10 +124,12 @@ def export_run(
     export_root: str | os.PathLike = DEFAULT_EXPORT_ROOT,
     name: str | None = None,
     version: int | None = None,
+    average_last: int | None = None,
     **translator_kwargs,
 ) -> Path:
-    """Exports the best checkpoint of a training run directory (see `run_dir.py`)."""
-    model, source_tokenizer, target_tokenizer, _ = load_run(run_dir)
+    """Exports the best checkpoint of a training run directory (see `run_dir.py`), or with
+    `average_last=N` the average of its last N epoch checkpoints."""
+    model, source_tokenizer, target_tokenizer, _ = load_run(run_dir, average_last=average_last)
     return export_translator(
         model,
         export_root,

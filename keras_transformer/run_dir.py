@@ -8,6 +8,7 @@ Layout (written by training, read by export, translate and evaluate):
     RUN_DIR/vocab_target.txt      target WordPiece vocabulary
     RUN_DIR/checkpoints/best.keras   best model by validation loss
     RUN_DIR/checkpoints/last.keras   model at the end of the last epoch
+    RUN_DIR/checkpoints/epoch_NNNN.keras   the last epochs, kept for averaging (optional)
     RUN_DIR/backup/               keras.callbacks.BackupAndRestore state (resume after a kill)
     RUN_DIR/logs/                 TensorBoard logs
     RUN_DIR/history.json          per-epoch metrics
@@ -33,6 +34,16 @@ BACKUP_DIR = "backup"
 LOG_DIR = "logs"
 HISTORY_FILE = "history.json"
 CURVES_FILE = "training_curves.png"
+
+
+def epoch_checkpoint(run_dir: str | os.PathLike, epoch: int) -> Path:
+    """The checkpoint of epoch `epoch` (counted from 1), kept for averaging."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"epoch_{epoch:04d}.keras"
+
+
+def epoch_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The run's kept epoch checkpoints, oldest first."""
+    return sorted((Path(run_dir) / CHECKPOINT_DIR).glob("epoch_[0-9]*.keras"))
 
 
 def write_json_atomically(path: Path, value, **dump_options) -> Path:
@@ -78,15 +89,29 @@ def load_tokenizers(run_dir: str | os.PathLike):
     )
 
 
-def load_model(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
-    """The run's Transformer from `checkpoint` (best by validation loss by default)."""
+def load_model(
+    run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT, average_last: int | None = None
+):
+    """The run's Transformer from `checkpoint` (best by validation loss by default), or
+    with `average_last=N` the average of its last N epoch checkpoints."""
+    if average_last:
+        kept = epoch_checkpoints(run_dir)
+        if len(kept) < average_last:
+            raise ValueError(
+                f"Cannot average the last {average_last} epochs: {Path(run_dir) / CHECKPOINT_DIR} "
+                f"keeps {len(kept)} epoch checkpoints (train with --keep-epoch-checkpoints N)."
+            )
+        return checkpoints.average(kept[-average_last:])
     path = Path(run_dir) / checkpoint
     if not path.is_file():
         raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")
     return checkpoints.load_model(path)
 
 
-def load_run(run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT):
+def load_run(
+    run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT, average_last: int | None = None
+):
     """(model, source_tokenizer, target_tokenizer, config) of a finished run."""
     source, target = load_tokenizers(run_dir)
-    return load_model(run_dir, checkpoint), source, target, read_config(run_dir)
+    model = load_model(run_dir, checkpoint, average_last)
+    return model, source, target, read_config(run_dir)

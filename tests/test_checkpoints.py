@@ -4,10 +4,11 @@ import zipfile
 from pathlib import Path
 
 import h5py
+import keras
 import numpy as np
 import pytest
 
-from keras_transformer import Transformer, checkpoints
+from keras_transformer import Transformer, checkpoints, run_dir
 from tests.helpers import assert_close
 
 DATA = Path(__file__).parent / "data"
@@ -37,3 +38,38 @@ def test_current_checkpoints_load_unchanged(tmp_path):
     ):
         assert not checkpoints._is_v0(weights)
     assert_close(checkpoints.load_model(tmp_path / "model.keras")((ids, ids)), logits, atol=0)
+
+
+def test_average_is_the_mean_of_the_weights(tmp_path):
+    paths, weights = [], []
+    for seed in range(3):
+        keras.utils.set_random_seed(seed)
+        model = Transformer(
+            num_layers=1, d_model=8, num_heads=2, dff=16, input_vocab_size=13, target_vocab_size=11
+        )
+        model((np.array([[5, 6]]), np.array([[2, 5]])))
+        paths.append(tmp_path / f"epoch_{seed + 1:04d}.keras")
+        model.save(paths[-1])
+        weights.append([w.numpy() for w in model.weights])
+    averaged = checkpoints.average(paths)
+    for i, weight in enumerate(averaged.weights):
+        expected = np.mean([w[i] for w in weights], axis=0)
+        assert_close(weight, expected, atol=1e-7)
+
+
+def test_run_directory_averages_its_last_epochs_or_says_why_not(tmp_path):
+    for epoch in (1, 2, 3):
+        keras.utils.set_random_seed(epoch)
+        model = Transformer(
+            num_layers=1, d_model=8, num_heads=2, dff=16, input_vocab_size=13, target_vocab_size=11
+        )
+        model((np.array([[5, 6]]), np.array([[2, 5]])))
+        path = run_dir.epoch_checkpoint(tmp_path, epoch)
+        path.parent.mkdir(exist_ok=True)
+        model.save(path)
+    averaged = run_dir.load_model(tmp_path, average_last=2)
+    expected = checkpoints.average(run_dir.epoch_checkpoints(tmp_path)[1:])
+    for a, b in zip(averaged.weights, expected.weights):
+        assert_close(a, b, atol=0)
+    with pytest.raises(ValueError, match="keeps 3 epoch checkpoints"):
+        run_dir.load_model(tmp_path, average_last=4)

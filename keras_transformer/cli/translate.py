@@ -102,6 +102,14 @@ def add_export_parser(subparsers) -> None:
         f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
     )
     parser.add_argument(
+        "--average-last",
+        type=int,
+        default=None,
+        metavar="N",
+        help="export the average of the run's last N epoch checkpoints (kept when trained "
+        "with --keep-epoch-checkpoints) (default: the best checkpoint)",
+    )
+    parser.add_argument(
         "--max-length-a",
         type=float,
         default=translator_defaults["max_length_a"].default,
@@ -131,12 +139,13 @@ def add_export_parser(subparsers) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
 
-    require_positive(args, "version", "max_length", "beam_width", "max_length_a")
+    require_positive(args, "version", "max_length", "beam_width", "max_length_a", "average_last")
     path = export_run(
         args.run_dir,
         args.export_root,
         args.name,
         args.version,
+        average_last=args.average_last,
         max_length=args.max_length,
         max_length_a=args.max_length_a,
         max_length_b=args.max_length_b,
