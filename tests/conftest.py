@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, data, run_dir
-from keras_transformer.tokenizers import RESERVED_TOKENS, Tokenizer, learn_vocabulary
+from keras_transformer import data, run_dir
+from keras_transformer.constants import RESERVED_TOKENS
+from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
+from tests.helpers import tiny_transformer, tiny_transformer_kwargs
 
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 DIGITS = [str(d) for d in range(10)]
-TINY_MODEL_CONFIG = dict(
-    num_layers=2, d_model=32, num_heads=4, dff=64, dropout_rate=0.0, max_length=24
-)
+# The number-words model: the factory's tiny Transformer with two blocks, so
+# that decoding runs through a stack, and room for 24 tokens.
+TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 
 
 def _number_sentences(rng: np.random.Generator, count: int) -> tuple[list[str], list[str]]:
@@ -38,18 +40,23 @@ def _number_sentences(rng: np.random.Generator, count: int) -> tuple[list[str], 
 
 @pytest.fixture(scope="session")
 def tiny_translation_model():
-    """(model, source_tokenizer, target_tokenizer, sentences): trained number-words -> digits."""
+    """The trained number-words -> digits model, as a namespace.
+
+    Fields: model, source_tokenizer, target_tokenizer, sentences (16 unseen
+    sources) and config (the model's constructor arguments).
+    """
     keras.utils.set_random_seed(0)
     source_tokenizer = Tokenizer(RESERVED_TOKENS + NUMBER_WORDS, name="source_tokenizer")
     target_tokenizer = Tokenizer(RESERVED_TOKENS + DIGITS, name="target_tokenizer")
     sources, targets = _number_sentences(np.random.default_rng(0), 1536)
     context = source_tokenizer.tokenize(tf.constant(sources)).to_tensor()
     target = target_tokenizer.tokenize(tf.constant(targets)).to_tensor()
-    model = Transformer(
+    config = tiny_transformer_kwargs(
         input_vocab_size=source_tokenizer.vocab_size,
         target_vocab_size=target_tokenizer.vocab_size,
-        **TINY_MODEL_CONFIG,
+        **TINY_MODEL_OVERRIDES,
     )
+    model = tiny_transformer(**config)
     model.compile(
         optimizer=keras.optimizers.Adam(5e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
@@ -61,7 +68,7 @@ def tiny_translation_model():
         source_tokenizer=source_tokenizer,
         target_tokenizer=target_tokenizer,
         sentences=test_sources,
-        config=TINY_MODEL_CONFIG,
+        config=config,
     )
 
 
@@ -70,12 +77,7 @@ def tiny_run_dir(tiny_translation_model, tmp_path_factory):
     """A run directory (config.json, vocabularies, checkpoints/best.keras) of the tiny model."""
     tiny = tiny_translation_model
     path = tmp_path_factory.mktemp("tiny_run")
-    model_config = dict(
-        TINY_MODEL_CONFIG,
-        input_vocab_size=tiny.source_tokenizer.vocab_size,
-        target_vocab_size=tiny.target_tokenizer.vocab_size,
-    )
-    run_dir.write_config(path, {"model": model_config, "tokenizer": {"lower_case": True}})
+    run_dir.write_config(path, {"model": tiny.config, "tokenizer": {"lower_case": True}})
     tiny.source_tokenizer.save_vocabulary(path / run_dir.SOURCE_VOCAB_FILE)
     tiny.target_tokenizer.save_vocabulary(path / run_dir.TARGET_VOCAB_FILE)
     (path / run_dir.CHECKPOINT_DIR).mkdir()

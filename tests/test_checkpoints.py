@@ -4,12 +4,11 @@ import zipfile
 from pathlib import Path
 
 import h5py
-import keras
 import numpy as np
 import pytest
 
-from keras_transformer import Transformer, checkpoints, run_dir
-from tests.helpers import assert_close
+from keras_transformer import checkpoints, run_dir
+from tests.helpers import assert_close, tiny_transformer
 
 DATA = Path(__file__).parent / "data"
 
@@ -25,9 +24,7 @@ def test_pre_0_2_checkpoints_load_with_the_same_logits(name):
 
 
 def test_current_checkpoints_load_unchanged(tmp_path):
-    model = Transformer(
-        num_layers=1, d_model=8, num_heads=2, dff=16, input_vocab_size=13, target_vocab_size=11
-    )
+    model = tiny_transformer()
     ids = np.array([[5, 6, 7, 0]])
     logits = model((ids, ids))
     model.save(tmp_path / "model.keras")
@@ -43,11 +40,7 @@ def test_current_checkpoints_load_unchanged(tmp_path):
 def test_average_is_the_mean_of_the_weights(tmp_path):
     paths, weights = [], []
     for seed in range(3):
-        keras.utils.set_random_seed(seed)
-        model = Transformer(
-            num_layers=1, d_model=8, num_heads=2, dff=16, input_vocab_size=13, target_vocab_size=11
-        )
-        model((np.array([[5, 6]]), np.array([[2, 5]])))
+        model = tiny_transformer(seed=seed)
         paths.append(tmp_path / f"epoch_{seed + 1:04d}.keras")
         model.save(paths[-1])
         weights.append([w.numpy() for w in model.weights])
@@ -59,11 +52,7 @@ def test_average_is_the_mean_of_the_weights(tmp_path):
 
 def test_run_directory_averages_its_last_epochs_or_says_why_not(tmp_path):
     for epoch in (1, 2, 3):
-        keras.utils.set_random_seed(epoch)
-        model = Transformer(
-            num_layers=1, d_model=8, num_heads=2, dff=16, input_vocab_size=13, target_vocab_size=11
-        )
-        model((np.array([[5, 6]]), np.array([[2, 5]])))
+        model = tiny_transformer(seed=epoch)
         path = run_dir.epoch_checkpoint(tmp_path, epoch)
         path.parent.mkdir(exist_ok=True)
         model.save(path)

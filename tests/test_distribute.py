@@ -46,7 +46,7 @@ def naive_loss(label, pred):
     """The per-replica mean of real tokens: what a plain masked mean does under fit."""
     import tensorflow as tf
 
-    from keras_transformer.training import token_losses
+    from keras_transformer.losses import token_losses
 
     loss, mask = token_losses(label, pred)
     return tf.math.divide_no_nan(tf.reduce_sum(loss), tf.reduce_sum(mask))
@@ -57,26 +57,16 @@ def train(strategy, loss):
     import keras
     import tensorflow as tf
 
-    from keras_transformer import Transformer
     from keras_transformer.distribute import shard_by_data
+    from tests.helpers import tiny_transformer
 
     (context, target_in), target_out = make_batches()
     dataset = tf.data.Dataset.from_tensor_slices(((context, target_in), target_out))
     dataset = shard_by_data(dataset.batch(GLOBAL_BATCH))
-    keras.utils.set_random_seed(1)
     with strategy.scope():
-        model = Transformer(
-            num_layers=1,
-            d_model=16,
-            num_heads=2,
-            dff=32,
-            input_vocab_size=VOCAB,
-            target_vocab_size=VOCAB,
-            dropout_rate=0.0,
-        )
-        # Built eagerly here: Keras' symbolic build from a distributed batch
-        # fails on a multi-worker PerReplica value.
-        model((context[:1], target_in[:1]))
+        # Built eagerly by the factory: Keras' symbolic build from a distributed
+        # batch fails on a multi-worker PerReplica value.
+        model = tiny_transformer(d_model=16, num_heads=2, dff=32, vocab_size=VOCAB, seed=1)
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
     losses = []
     for _ in range(STEPS):
@@ -90,7 +80,7 @@ def worker_main(out_dir):
     import keras
 
     from keras_transformer.distribute import get_strategy
-    from keras_transformer.training import MaskedLoss
+    from keras_transformer.losses import MaskedLoss
 
     keras.config.disable_traceback_filtering()  # full tracebacks in the test's failure output
     strategy = get_strategy("multi_worker")
@@ -124,7 +114,7 @@ def load_weights(path):
 def test_two_workers_match_single_process_global_batch():
     import tensorflow as tf
 
-    from keras_transformer.training import MaskedLoss
+    from keras_transformer.losses import MaskedLoss
 
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
@@ -198,7 +188,7 @@ def test_get_strategy_names():
 def test_global_token_mean_without_strategy_is_local_mean():
     import tensorflow as tf
 
-    from keras_transformer.training import masked_loss
+    from keras_transformer.losses import masked_loss
 
     label = tf.constant([[5, 6, 0, 0], [7, 0, 0, 0]])
     logits = tf.random.stateless_normal((2, 4, 9), seed=(1, 2))

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import HashedDropout, Transformer
+from keras_transformer import HashedDropout
 from keras_transformer.layers.dropout import hashed_keep_mask
+from tests.helpers import assert_same_in_mode, run_layer_battery, tiny_transformer
 
 RATE = 0.1
 
@@ -103,24 +104,24 @@ def test_config_round_trip_and_bad_arguments():
         HashedDropout(0.1, noise_shape=(None, 1))
 
 
-def small_transformer(**kwargs):
-    keras.utils.set_random_seed(0)
-    model = Transformer(
-        num_layers=1,
-        d_model=16,
-        num_heads=2,
-        dff=32,
-        input_vocab_size=20,
-        target_vocab_size=20,
-        attention_dropout=0.1,
-        **kwargs,
+def test_hashed_dropout_battery():
+    run_layer_battery(
+        HashedDropout,
+        dict(rate=RATE, seed=1),
+        (np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32"),),
+        expected_shape=(2, 5, 8),
+        expected_num_trainable_weights=0,
+        dropout_rate_key="rate",
     )
-    model((np.ones((1, 3), np.int32), np.ones((1, 3), np.int32)))
-    return model
+
+
+# The models here: dropout at both places a Transformer has it (sublayer outputs and
+# attention weights), so that every dropout layer is a real one.
+DROPOUT = dict(d_model=16, num_heads=2, dff=32, dropout_rate=0.1, attention_dropout=0.1)
 
 
 def test_the_model_switch_reaches_every_dropout_and_survives_saving(tmp_path):
-    model = small_transformer(hashed_dropout=True)
+    model = tiny_transformer(**DROPOUT, hashed_dropout=True)
     dropouts = [
         layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dropout)
     ]
@@ -139,7 +140,7 @@ def test_the_model_switch_reaches_every_dropout_and_survives_saving(tmp_path):
 def test_inference_does_not_depend_on_the_switch():
     context = np.array([[5, 6, 7, 0], [4, 4, 0, 0]])
     target = np.array([[2, 8, 9], [2, 5, 0]])
-    plain = small_transformer()
-    hashed = small_transformer(hashed_dropout=True)
-    hashed.set_weights(plain.get_weights())
-    np.testing.assert_allclose(hashed((context, target)), plain((context, target)), atol=1e-6)
+    # The model with hashed_dropout=True and the same weights gives the same logits.
+    assert_same_in_mode(
+        tiny_transformer(**DROPOUT), "hashed_dropout", ((context, target),), atol=1e-6
+    )

@@ -1,11 +1,12 @@
 """Speed levers change speed, not what is learned.
 
 Each lever (XLA, length bucketing, mixed precision, hashed dropout, skipped
-padding, query chunks) trains the same tiny model on the same copy task from the
-same initial weights; the loss it reaches must match the plain float32 run
-within a tolerance fitted to the lever (XLA only reorders float math; bfloat16
-rounds to 8 bits of mantissa; bucketing groups the sentences differently;
-hashed dropout draws other masks). Timing lives in benchmarks/train.py.
+padding, query chunks) trains the same tiny model (`tiny_transformer`, seeded)
+on the same copy task from the same initial weights; the loss it reaches must
+match the plain float32 run within a tolerance fitted to the lever (XLA only
+reorders float math; bfloat16 rounds to 8 bits of mantissa; bucketing groups
+the sentences differently; hashed dropout draws other masks). Timing lives in
+benchmarks/train.py.
 """
 
 import keras
@@ -13,9 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer
 from keras_transformer.layers import query_chunks
-from keras_transformer.training import MaskedAccuracy, MaskedLoss, TargetTokens, masked_loss
+from keras_transformer.losses import MaskedLoss, masked_loss
+from keras_transformer.metrics import MaskedAccuracy, TargetTokens
+from tests.helpers import tiny_transformer
 
 VOCAB = 16
 STEPS = 40
@@ -52,21 +54,6 @@ def batches(sources, targets, bucketed, batch=16):
     return out
 
 
-def make_model(**kwargs):
-    keras.utils.set_random_seed(0)
-    model = Transformer(
-        num_layers=1,
-        d_model=32,
-        num_heads=4,
-        dff=64,
-        input_vocab_size=VOCAB,
-        target_vocab_size=VOCAB,
-        **{"dropout_rate": 0.0, **kwargs},
-    )
-    model((np.ones((1, 3), np.int32), np.ones((1, 3), np.int32)))
-    return model
-
-
 def train(model, data, jit_compile=False):
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=MaskedLoss(), jit_compile=jit_compile)
     for step in range(STEPS):
@@ -84,8 +71,8 @@ def evaluate(model):
 @pytest.fixture(scope="module")
 def baseline():
     sources, targets = copy_task()
-    start = evaluate(make_model())
-    end = train(make_model(), batches(sources, targets, bucketed=False))
+    start = evaluate(tiny_transformer(vocab_size=VOCAB))
+    end = train(tiny_transformer(vocab_size=VOCAB), batches(sources, targets, bucketed=False))
     # The task is learnable in STEPS steps: a lever that broke training shows.
     assert end < 0.8 * start, (start, end)
     return end
@@ -93,20 +80,24 @@ def baseline():
 
 def test_xla_reaches_the_same_loss(baseline):
     sources, targets = copy_task()
-    loss = train(make_model(), batches(sources, targets, bucketed=False), jit_compile=True)
+    loss = train(
+        tiny_transformer(vocab_size=VOCAB),
+        batches(sources, targets, bucketed=False),
+        jit_compile=True,
+    )
     np.testing.assert_allclose(loss, baseline, rtol=2e-3)
 
 
 def test_bucketing_reaches_the_same_loss(baseline):
     sources, targets = copy_task()
-    loss = train(make_model(), batches(sources, targets, bucketed=True))
+    loss = train(tiny_transformer(vocab_size=VOCAB), batches(sources, targets, bucketed=True))
     np.testing.assert_allclose(loss, baseline, rtol=0.1)
 
 
 def test_bucket_padding_leaves_the_loss_unchanged():
     # Why bucketing is safe: padding to a bucket boundary instead of the
     # batch's longest sentence changes no real token's loss.
-    model = make_model()
+    model = tiny_transformer(vocab_size=VOCAB)
     sources, targets = copy_task(rows=8)
     tight = batches(sources, targets, bucketed=False, batch=8)[0]
     (s, t_in), t_out = tight
@@ -121,9 +112,13 @@ def test_hashed_dropout_reaches_the_same_loss():
     # XLA, where the switch is meant to be used.
     sources, targets = copy_task()
     data = batches(sources, targets, bucketed=False)
-    start = evaluate(make_model())
-    plain = train(make_model(dropout_rate=0.1), data, jit_compile=True)
-    hashed = train(make_model(dropout_rate=0.1, hashed_dropout=True), data, jit_compile=True)
+    start = evaluate(tiny_transformer(vocab_size=VOCAB))
+    plain = train(tiny_transformer(vocab_size=VOCAB, dropout_rate=0.1), data, jit_compile=True)
+    hashed = train(
+        tiny_transformer(vocab_size=VOCAB, dropout_rate=0.1, hashed_dropout=True),
+        data,
+        jit_compile=True,
+    )
     assert hashed < 0.8 * start, (start, hashed)
     np.testing.assert_allclose(hashed, plain, rtol=0.1)
 
@@ -132,7 +127,7 @@ def mixed_precision_loss(policy):
     sources, targets = copy_task()
     keras.mixed_precision.set_global_policy(policy)
     try:
-        model = make_model()
+        model = tiny_transformer(vocab_size=VOCAB)
         assert model.compute_dtype == policy.split("_")[1]
         return train(model, batches(sources, targets, bucketed=False))
     finally:
@@ -174,7 +169,7 @@ def test_skipping_padding_trains_like_the_padded_batch():
     data = batches(sources, targets, bucketed=True)
     runs = {}
     for skip in (True, False):
-        model = make_model(skip_padding=skip)
+        model = tiny_transformer(vocab_size=VOCAB, skip_padding=skip)
         ranks = projected_ranks(model)
         model.compile(
             optimizer=keras.optimizers.Adam(3e-3),
@@ -202,9 +197,9 @@ def test_skipping_padding_with_dropout_reaches_the_same_loss():
     # the runs differ step by step; what they learn must not.
     sources, targets = copy_task()
     data = batches(sources, targets, bucketed=True)
-    start = evaluate(make_model())
-    padded = train(make_model(dropout_rate=0.1, skip_padding=False), data)
-    packed = train(make_model(dropout_rate=0.1), data)
+    start = evaluate(tiny_transformer(vocab_size=VOCAB))
+    padded = train(tiny_transformer(vocab_size=VOCAB, dropout_rate=0.1, skip_padding=False), data)
+    packed = train(tiny_transformer(vocab_size=VOCAB, dropout_rate=0.1), data)
     assert packed < 0.8 * start, (start, packed)
     np.testing.assert_allclose(packed, padded, rtol=0.1)
 
@@ -215,7 +210,7 @@ def test_full_logits_where_skipping_padding_does_not_apply(case):
     # weights are Keras' business: all take Keras' own step.
     sources, targets = copy_task(rows=16)
     (s, t_in), t_out = batches(sources, targets, bucketed=False)[0]
-    model = make_model()
+    model = tiny_transformer(vocab_size=VOCAB)
     ranks = projected_ranks(model)
     loss = (
         keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -242,9 +237,9 @@ def test_query_chunks_train_like_whole_queries(monkeypatch):
     monkeypatch.setattr(
         query_chunks, "_even_sizes", lambda n, count: splits.append(count) or even_sizes(n, count)
     )
-    whole = train(make_model(), data)
+    whole = train(tiny_transformer(vocab_size=VOCAB), data)
     assert splits == []
-    chunked = train(make_model(chunk_queries=True), data)
+    chunked = train(tiny_transformer(vocab_size=VOCAB, chunk_queries=True), data)
     if not tf.config.list_logical_devices("GPU"):
         # Two chunks are on offer (with lengths unknown at trace time, so is
         # every other count: the branch is picked at run time).

@@ -6,27 +6,18 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.training import MaskedLoss, make_optimizer, masked_accuracy
-from tests.helpers import assert_close, token_ids
+from keras_transformer.losses import MaskedLoss
+from keras_transformer.metrics import masked_accuracy
+from keras_transformer.schedules import make_optimizer
+from tests.helpers import assert_close, tiny_transformer, token_ids
 
 VOCAB = 48
 
 
-def small_model(num_layers=3, **kwargs):
-    kwargs = dict(
-        dict(
-            num_layers=num_layers,
-            d_model=32,
-            num_heads=4,
-            dff=64,
-            input_vocab_size=VOCAB,
-            target_vocab_size=VOCAB,
-            dropout_rate=0.1,
-            max_length=64,
-        ),
-        **kwargs,
-    )
-    return kt.Transformer(**kwargs)
+# Beyond the factory's defaults: 48-id vocabularies, dropout in the training
+# steps, and the max_length the error test names. Masks must hold through a
+# stack, so the invariance tests use three blocks.
+MODEL = dict(vocab_size=VOCAB, dropout_rate=0.1, max_length=64)
 
 
 def pad(ids, extra):
@@ -42,7 +33,7 @@ VARIANTS = [
 
 @pytest.mark.parametrize("options", VARIANTS)
 def test_padding_never_changes_logits_at_real_positions(options):
-    model = small_model(**options)
+    model = tiny_transformer(num_layers=3, **MODEL, **options)
     # Rows of different real lengths, already padded inside the batch.
     context = token_ids(3, 7, VOCAB, seed=1)
     context[1, 4:] = 0
@@ -60,7 +51,7 @@ def test_padding_never_changes_logits_at_real_positions(options):
 
 
 def test_each_row_is_independent_of_the_rest_of_the_batch():
-    model = small_model()
+    model = tiny_transformer(num_layers=3, **MODEL)
     context, target = token_ids(2, 6, VOCAB, seed=3), token_ids(2, 5, VOCAB, seed=4)
     context[0, 3:] = 0
     batched = model((context, target)).numpy()
@@ -70,7 +61,7 @@ def test_each_row_is_independent_of_the_rest_of_the_batch():
 
 @pytest.mark.parametrize("options", VARIANTS)
 def test_decoder_is_causal(options):
-    model = small_model(**options)
+    model = tiny_transformer(num_layers=3, **MODEL, **options)
     context, target = token_ids(2, 6, VOCAB, seed=5), token_ids(2, 8, VOCAB, seed=6)
     reference = model((context, target)).numpy()
     for t in (0, 3, 7):
@@ -82,7 +73,7 @@ def test_decoder_is_causal(options):
 
 
 def test_source_changes_do_reach_the_logits():
-    model = small_model()
+    model = tiny_transformer(num_layers=3, **MODEL)
     context, target = token_ids(1, 6, VOCAB, seed=7), token_ids(1, 4, VOCAB, seed=8)
     changed = context.copy()
     changed[0, 2] = (changed[0, 2] % (VOCAB - 1)) + 1
@@ -105,7 +96,7 @@ def fit_data(n=16):
 
 @pytest.mark.parametrize("options", VARIANTS)
 def test_keras_round_trip_of_a_trained_compiled_model(tmp_path, options):
-    model = compiled(small_model(num_layers=2, **options))
+    model = compiled(tiny_transformer(num_layers=2, **MODEL, **options))
     x, y = fit_data()
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     path = tmp_path / "model.keras"
@@ -120,18 +111,15 @@ def test_keras_round_trip_of_a_trained_compiled_model(tmp_path, options):
 
 
 def test_shared_embeddings_are_one_set_of_weights():
-    model = small_model(num_layers=1, share_embeddings=True, tie_embeddings=True)
-    model(fit_data()[0])
+    model = tiny_transformer(**MODEL, share_embeddings=True, tie_embeddings=True)
     assert model.encoder.embedding is model.decoder.embedding
-    untied = small_model(num_layers=1)
-    untied(fit_data()[0])
+    untied = tiny_transformer(**MODEL)
     saved = VOCAB * 32 + (32 * VOCAB + VOCAB)  # one embedding table + the final Dense
     assert untied.count_params() - model.count_params() == saved
 
 
 def test_fit_lowers_the_loss():
-    keras.utils.set_random_seed(0)
-    model = compiled(small_model(num_layers=1, dropout_rate=0.0))
+    model = compiled(tiny_transformer(vocab_size=VOCAB))
     x, y = fit_data(32)
     history = model.fit(x, y, epochs=15, batch_size=16, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
@@ -139,23 +127,21 @@ def test_fit_lowers_the_loss():
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision(policy):
-    model = compiled(small_model(num_layers=2, dtype=policy))
+    model = compiled(tiny_transformer(num_layers=2, **MODEL, dtype=policy))
     x, y = fit_data()
     logits = model(x)
     assert logits.dtype == tf.float32
-    assert model.encoder.enc_layers[0].self_attention.query_dense.compute_dtype == policy[6:]
+    assert model.encoder.enc_layers[0].self_attention.mha.query_dense.compute_dtype == policy[6:]
     history = model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     # Close to the float32 model with the same weights.
-    reference = small_model(num_layers=2)
-    reference(x)
+    reference = tiny_transformer(num_layers=2, **MODEL)
     reference.set_weights(model.get_weights())
     assert_close(tf.nn.softmax(model(x)), tf.nn.softmax(reference(x)), atol=5e-2)
 
 
 def test_summary_names_the_parts():
-    model = small_model(num_layers=1)
-    model(fit_data()[0])
+    model = tiny_transformer(**MODEL)
     lines = []
     model.summary(print_fn=lambda line, **kwargs: lines.append(line))
     text = "\n".join(lines)
@@ -164,12 +150,12 @@ def test_summary_names_the_parts():
 
 def test_clear_errors_for_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match="divisible"):
-        small_model(d_model=30, num_heads=4)
+        tiny_transformer(**MODEL, d_model=30, num_heads=4)
     with pytest.raises(ValueError, match="num_layers"):
-        small_model(num_layers=0)
+        tiny_transformer(**MODEL, num_layers=0)
     with pytest.raises(ValueError, match="share_embeddings"):
-        small_model(share_embeddings=True, target_vocab_size=VOCAB + 1)
-    model = small_model(num_layers=1)
+        tiny_transformer(**MODEL, share_embeddings=True, target_vocab_size=VOCAB + 1)
+    model = tiny_transformer(**MODEL)
     with pytest.raises(ValueError, match="context_ids, target_in_ids"):
         model(token_ids(1, 4, VOCAB))
     with pytest.raises(ValueError, match="integer"):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import packing
-from tests.helpers import assert_close, ragged_mask
+from tests.helpers import assert_close, assert_same_in_mode, ragged_mask
 
 D, H, DFF, VOCAB = 16, 4, 32, 40
 
@@ -34,42 +34,48 @@ def test_pack_and_unpack_round_trip():
     assert_close(unpacked, np.where(TARGET_MASK[..., None], x, 0.0))
 
 
-def packed_equals_padded(layer, x, mask, **kwargs):
-    padded = layer(x, padding_mask=mask, **kwargs)
-    packed = layer(packing.pack(x, mask), padding_mask=mask, **kwargs)
-    assert packed.shape == (mask.sum(), D)
-    assert_close(packed, np.asarray(padded)[mask], atol=1e-5)
-
-
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_self_attention_packed_equals_padded(normalize_first):
     for cls in (kt.GlobalSelfAttention, kt.CausalSelfAttention):
         layer = cls(d_model=D, num_heads=H, normalize_first=normalize_first)
-        packed_equals_padded(layer, features(), TARGET_MASK)
+        assert_same_in_mode(
+            layer, "packed", (features(),), padding_mask=TARGET_MASK, gradients=True, atol=1e-5
+        )
 
 
 def test_cross_attention_packed_queries_and_context_equal_padded():
     layer = kt.CrossAttention(d_model=D, num_heads=H)
     x, context = features(), features(length=5, seed=1)
-    padded = np.asarray(layer(x, context=context, context_mask=SOURCE_MASK))[TARGET_MASK]
-    packed_x = packing.pack(x, TARGET_MASK)
     for ctx in (context, packing.pack(context, SOURCE_MASK)):
-        packed = layer(packed_x, context=ctx, context_mask=SOURCE_MASK, padding_mask=TARGET_MASK)
-        assert_close(packed, padded, atol=1e-5)
+        assert_same_in_mode(
+            layer,
+            "packed",
+            (x,),
+            dict(context=context, context_mask=SOURCE_MASK),
+            mode_kwargs=dict(context=ctx),
+            padding_mask=TARGET_MASK,
+            gradients=True,
+            atol=1e-5,
+        )
 
 
 def test_feed_forward_and_blocks_packed_equal_padded():
     x, context = features(), features(length=5, seed=1)
     ffn = kt.FeedForward(d_model=D, dff=DFF)
-    assert_close(ffn(packing.pack(x, TARGET_MASK)), np.asarray(ffn(x))[TARGET_MASK], atol=1e-6)
-    packed_equals_padded(kt.EncoderLayer(d_model=D, num_heads=H, dff=DFF), x, TARGET_MASK)
+    assert_same_in_mode(ffn, "packed", (x,), padding_mask=TARGET_MASK, gradients=True, atol=1e-6)
+    encoder_layer = kt.EncoderLayer(d_model=D, num_heads=H, dff=DFF)
+    assert_same_in_mode(
+        encoder_layer, "packed", (x,), padding_mask=TARGET_MASK, gradients=True, atol=1e-5
+    )
     decoder_layer = kt.DecoderLayer(d_model=D, num_heads=H, dff=DFF)
-    packed_equals_padded(
+    assert_same_in_mode(
         decoder_layer,
-        x,
-        TARGET_MASK,
-        context=packing.pack(context, SOURCE_MASK),
-        context_mask=SOURCE_MASK,
+        "packed",
+        (x,),
+        dict(context=packing.pack(context, SOURCE_MASK), context_mask=SOURCE_MASK),
+        padding_mask=TARGET_MASK,
+        gradients=True,
+        atol=1e-5,
     )
 
 
@@ -78,12 +84,16 @@ def test_encoder_and_decoder_packed_equal_padded():
     source = np.where(SOURCE_MASK, np.arange(1, 16).reshape(3, 5), 0)
     target = np.where(TARGET_MASK, np.arange(2, 20).reshape(3, 6), 0)
     encoder, decoder = kt.Encoder(**sizes), kt.Decoder(**sizes)
-    context = encoder(source)
-    packed_context = encoder(source, packed=True)
-    assert_close(packed_context, np.asarray(context)[SOURCE_MASK], atol=1e-5)
-    padded = decoder(target, context, context_mask=SOURCE_MASK)
-    packed = decoder(target, packed_context, context_mask=SOURCE_MASK, packed=True)
-    assert_close(packed, np.asarray(padded)[TARGET_MASK], atol=1e-5)
+    packed_context = assert_same_in_mode(encoder, "packed", (source,), atol=1e-5).mode[0]
+    # The packed decoder reads the packed encoder output; the padded one the padded output.
+    assert_same_in_mode(
+        decoder,
+        "packed",
+        (target,),
+        dict(context=encoder(source), context_mask=SOURCE_MASK),
+        mode_kwargs=dict(context=packed_context),
+        atol=1e-5,
+    )
 
 
 def test_packed_input_needs_its_mask():

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import query_chunks
-from tests.helpers import assert_close, ragged_mask
+from tests.helpers import assert_same_in_mode, ragged_mask, tiny_transformer
 
 # Head size 16 as in the tutorial: products cross 128 * 128 at 33 keys.
 D, H = 32, 2
@@ -46,60 +46,48 @@ def test_even_sizes_cover_the_length():
     assert sizes.tolist() == [13, 13, 12, 12]
 
 
-def attention_layers():
-    causal = kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0, chunk_queries=True)
-    cross = kt.CrossAttention(d_model=D, num_heads=H, dropout_rate=0.0, chunk_queries=True)
-    return causal, cross
-
-
-def run_both(causal, cross, x, x_mask, context, context_mask):
-    """Outputs, cross-attention weights and input gradients of both layers."""
-    with tf.GradientTape() as tape:
-        tape.watch([x, context])
-        y = causal(x, padding_mask=x_mask)
-        z, weights = cross(
-            y, context=context, context_mask=context_mask, return_attention_scores=True
-        )
-        loss = tf.reduce_sum(z * z)
-    return [z, weights, *tape.gradient(loss, [x, context])]
-
-
 @NEEDS_CPU
 @pytest.mark.parametrize("known_lengths", [True, False], ids=["static", "dynamic"])
-def test_chunked_attention_equals_whole(monkeypatch, known_lengths):
+def test_chunked_attention_equals_whole(known_lengths):
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(3, 50, D)), tf.float32)
     context = tf.constant(rng.normal(size=(3, 45, D)), tf.float32)
     x_mask = tf.constant(ragged_mask([50, 20, 37], 50))
     context_mask = tf.constant(ragged_mask([45, 9, 30], 45))
-    causal, cross = attention_layers()
-    if known_lengths:
-        signature = None
-    else:
-        signature = [
-            tf.TensorSpec((None, None, D)),
-            tf.TensorSpec((None, None), tf.bool),
-            tf.TensorSpec((None, None, D)),
-            tf.TensorSpec((None, None), tf.bool),
-        ]
-
-    def traced():
-        return tf.function(lambda *a: run_both(causal, cross, *a), input_signature=signature)
-
-    chunked_fn = traced()
-    chunked = chunked_fn(x, x_mask, context, context_mask)
-    # The chunked graph really splits: 4 chunks of 2 batched matmuls each
-    # (forward) in both layers, where the whole attention has 2 per layer.
-    graph = chunked_fn.get_concrete_function(x, x_mask, context, context_mask).graph
-    ops = graph_op_types(graph.as_graph_def())
-    assert ops.count("BatchMatMulV2") >= 2 * 2 * 4
-    if not known_lengths:
-        assert "Case" in ops or "StatelessCase" in ops
-
-    monkeypatch.setattr(query_chunks, "worth_splitting", lambda: False)
-    whole = traced()(x, x_mask, context, context_mask)
-    for a, b in zip(chunked, whole):
-        assert_close(a, b, atol=2e-5)
+    features, mask = tf.TensorSpec((None, None, D)), tf.TensorSpec((None, None), tf.bool)
+    # Whole queries (chunk_queries=False) against a copy with chunk_queries=True
+    # and the same weights: outputs, cross-attention weights and input gradients.
+    for layer, inputs, call_kwargs, signature in [
+        (
+            kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0),
+            (x, x_mask),
+            {},
+            [features, mask],
+        ),
+        (
+            kt.CrossAttention(d_model=D, num_heads=H, dropout_rate=0.0),
+            (x, context, context_mask),
+            dict(return_attention_scores=True),
+            [features, features, mask],
+        ),
+    ]:
+        runs = assert_same_in_mode(
+            layer,
+            "chunk_queries",
+            inputs,
+            call_kwargs,
+            gradients=True,
+            graph=True,
+            input_signature=None if known_lengths else signature,
+            atol=2e-5,
+        )
+        # The chunked graph really splits: 4 chunks of 2 batched matmuls each
+        # (forward), where the whole attention has 2 forward and 4 backward.
+        graph = runs.mode_fn.get_concrete_function(*inputs).graph
+        ops = graph_op_types(graph.as_graph_def())
+        assert ops.count("BatchMatMulV2") >= 2 * 4
+        if not known_lengths:
+            assert "Case" in ops or "StatelessCase" in ops
 
 
 def graph_op_types(graph_def):
@@ -152,10 +140,8 @@ def test_the_switch_reaches_every_attention_layer():
             if isinstance(layer, kt.layers.BaseAttention)
         }
 
-    kwargs = dict(
-        num_layers=2, d_model=D, num_heads=H, dff=32, input_vocab_size=20, target_vocab_size=20
-    )
-    assert switches(kt.Transformer(**kwargs)) == {False}
-    model = kt.Transformer(chunk_queries=True, **kwargs)
+    sizes = dict(num_layers=2, num_heads=H, dff=32, build=False)
+    assert switches(tiny_transformer(**sizes)) == {False}
+    model = tiny_transformer(chunk_queries=True, **sizes)
     assert switches(model) == {True}
     assert kt.Transformer.from_config(model.get_config()).chunk_queries is True

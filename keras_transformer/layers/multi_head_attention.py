@@ -189,8 +189,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key, value = self.project_key_value(context, context_mask)
         return self.attend(query, key, value, attention_mask, training, query_mask)
 
-    def compute_output_shape(self, query_shape, *args, **kwargs):
-        return query_shape
+    def compute_output_shape(self, query_shape, context_shape=None, *args, **kwargs):
+        keys_shape = query_shape if context_shape is None else context_shape
+        weights_shape = (query_shape[0], self.num_heads, query_shape[1], keys_shape[1])
+        return query_shape, weights_shape
 
     def get_config(self):
         config = super().get_config()
