@@ -4,12 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from keras_transformer.tokenizers import (
-    END_ID,
-    PAD_ID,
-    RESERVED_TOKENS,
-    START_ID,
-    UNK_ID,
     Tokenizer,
     learn_vocabulary,
     read_vocabulary,
