@@ -70,6 +70,12 @@ SETTING_HELP = {
     "steps_per_epoch": "training batches per epoch, the data repeating as needed; unset: one "
     "pass over the training pairs",
     "warmup_steps": "steps of rising learning rate before its inverse-square-root decay",
+    "learning_rate": "peak learning rate (fairseq's inverse_sqrt schedule); unset: the "
+    "paper's schedule, whose peak is (d_model * warmup_steps)^-0.5",
+    "weight_decay": "decoupled weight decay (AdamW) when positive",
+    "clip_norm": "clip the gradients' global norm to this value; unset: no clipping",
+    "keep_epoch_checkpoints": "keep the last N epochs' checkpoints, for export --average-last "
+    "(0: none)",
     "label_smoothing": "label smoothing of the loss (0 for none)",
     "early_stopping_patience": "stop after this many epochs without a better validation loss; "
     "unset: never stop early",
@@ -118,7 +124,11 @@ class _RunSettings:
     epochs: int = 20
     steps_per_epoch: int | None = None
     warmup_steps: int = 4000
+    learning_rate: float | None = None
+    weight_decay: float = 0.0
+    clip_norm: float | None = None
     label_smoothing: float = 0.0
+    keep_epoch_checkpoints: int = 0
     early_stopping_patience: int | None = None
     time_budget_minutes: float | None = None  # stop after the epoch that passes it
     jit_compile: str = "auto"  # "auto", "true" or "false"

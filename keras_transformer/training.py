@@ -156,7 +156,13 @@ def train(
             dtype=MIXED_PRECISION_POLICIES[config.mixed_precision],
         )
         model.compile(
-            optimizer=make_optimizer(config.d_model, config.warmup_steps),
+            optimizer=make_optimizer(
+                config.d_model,
+                config.warmup_steps,
+                learning_rate=config.learning_rate,
+                weight_decay=config.weight_decay,
+                clip_norm=config.clip_norm,
+            ),
             loss=MaskedLoss(config.label_smoothing),
             metrics=[MaskedAccuracy(), TargetTokens()],
             jit_compile=JIT_COMPILE[config.jit_compile],
@@ -173,7 +179,11 @@ def train(
         epochs=config.epochs,
         steps_per_epoch=config.steps_per_epoch,
         callbacks=make_callbacks(
-            run_dir, best, config.time_budget_minutes, config.early_stopping_patience
+            run_dir,
+            best,
+            config.time_budget_minutes,
+            config.early_stopping_patience,
+            config.keep_epoch_checkpoints,
         ),
         verbose=verbose,
         shuffle=False,  # make_batches shuffles

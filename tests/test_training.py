@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import pytest
 
 from keras_transformer import run_dir, training
+from keras_transformer.schedules import InverseSqrtSchedule
 from keras_transformer.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +64,29 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     # A different model in the same run directory is refused, not mixed in.
     with pytest.raises(ValueError, match="different model"):
         training.train({**TINY, "d_model": 64, "num_heads": 2, "epochs": 5}, tmp_path, verbose=0)
+
+
+def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path):
+    settings = dict(
+        TINY,
+        epochs=3,
+        learning_rate=2e-3,
+        weight_decay=1e-4,
+        clip_norm=1.0,
+        keep_epoch_checkpoints=2,
+    )
+    training.train(settings, tmp_path, verbose=0)
+    assert [p.name for p in run_dir.epoch_checkpoints(tmp_path)] == [
+        "epoch_0002.keras",
+        "epoch_0003.keras",
+    ]
+    optimizer = keras.models.load_model(tmp_path / run_dir.LAST_CHECKPOINT).optimizer
+    assert isinstance(optimizer, keras.optimizers.AdamW)
+    assert optimizer.global_clipnorm == 1.0 and optimizer.weight_decay == 1e-4
+    assert isinstance(optimizer._learning_rate, InverseSqrtSchedule)
+    assert optimizer._learning_rate.peak_learning_rate == 2e-3
+    averaged, *_ = run_dir.load_run(tmp_path, average_last=2)
+    assert averaged.count_params() == run_dir.load_model(tmp_path).count_params()
 
 
 def _epochs_started(log: str) -> list[int]:
