@@ -142,6 +142,9 @@ class _RunSettings:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ValueError(f"Unknown training settings: {unknown}. Known: {sorted(names)}")
+        for field in dataclasses.fields(cls):
+            if field.name in values:
+                _check_type(field, values[field.name])
         return cls(**values)
 
     @classmethod
@@ -183,6 +186,23 @@ class _RunSettings:
 
     def tokenizer_kwargs(self) -> dict:
         return {"lower_case": self.lower_case, "normalization_form": self.normalization_form}
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
+
+
+def _check_type(field: dataclasses.Field, value) -> None:
+    """A setting's value must be of its field's type (an int will do for a float)."""
+    annotation = field.type if isinstance(field.type, str) else field.type.__name__
+    allowed = tuple(_TYPES[name.strip()] for name in annotation.split("|"))
+    # bool is an int subclass: True is no number of epochs.
+    fits = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+        fits = True
+    if not fits:
+        raise ValueError(
+            f"Setting {field.name} must be of type {annotation}. Received: {field.name}={value!r}"
+        )
 
 
 def _model_fields() -> list[tuple]:

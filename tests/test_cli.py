@@ -323,6 +323,11 @@ def test_train_user_errors(tmp_path, capsys):
     assert user_error(capsys, run + ["--config", str(unknown)]).startswith(
         "Unknown training settings: ['d_modl']"
     )
+    wrong_type = tmp_path / "wrong_type.json"
+    wrong_type.write_text(json.dumps({"epochs": "x"}))
+    assert user_error(capsys, run + ["--config", str(wrong_type)]) == (
+        "Setting epochs must be of type int. Received: epochs='x'"
+    )
 
     assert user_error(capsys, run + ["--d-model", "0"]) == (
         "d_model must be positive. Received: d_model=0"

@@ -1,5 +1,7 @@
 """TrainConfig, the settings of a training run (`config.py`)."""
 
+import pytest
+
 from keras_transformer import cli
 from keras_transformer.config import TrainConfig
 
@@ -12,3 +14,22 @@ def test_tie_embeddings_reaches_the_model_config():
     )
     parsed = cli.config_from_args(args)
     assert parsed.time_budget_minutes == 2.5 and parsed.tie_embeddings is True
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"epochs": "x"}, "epochs must be of type int"),
+        ({"lower_case": 1}, "lower_case must be of type bool"),
+        ({"dropout_rate": "0.1"}, "dropout_rate must be of type float"),
+        ({"learning_rate": True}, "learning_rate must be of type float | None"),
+    ],
+)
+def test_settings_of_the_wrong_type_are_refused(values, message):
+    with pytest.raises(ValueError, match=message.replace("|", r"\|")):
+        TrainConfig.from_dict(values)
+
+
+def test_ints_serve_for_floats_and_none_where_allowed():
+    config = TrainConfig.from_dict({"dropout_rate": 0, "learning_rate": 1, "batch_tokens": None})
+    assert config.dropout_rate == 0 and config.learning_rate == 1 and config.batch_tokens is None
