@@ -14,8 +14,11 @@ import os
 from pathlib import Path
 
 from keras_transformer import distribute
+from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.layers.options import BLOCK_OPTIONS
 from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS
+from keras_transformer.tokenizers.normalization import check_normalization_form
+from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
 
 # The model's sizes, with the TensorFlow tutorial's values.
 MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
@@ -24,6 +27,8 @@ MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
 CHOICES = {
     "corpus": ("demo", "files", "tsv", "tfds"),
     "overlong": ("truncate", "drop"),
+    "tokenizer": ("sentencepiece", "wordpiece"),
+    "subword_model": ("unigram", "bpe"),
     "jit_compile": ("auto", "true", "false"),
     "mixed_precision": ("none", "float16", "bfloat16"),
     "strategy": distribute.STRATEGIES,
@@ -60,8 +65,14 @@ SETTING_HELP = {
     "batch_tokens // L pairs a batch; unset: batch_size pairs a batch",
     "shuffle_buffer": "pairs in the shuffle buffer (reshuffled every epoch)",
     # Tokenizers.
-    "vocab_size": "size of each language's WordPiece vocabulary (a small corpus gives fewer)",
-    "vocab_lower_thresh": "fewest occurrences of a word piece to enter the vocabulary",
+    "tokenizer": "sentencepiece (reversible: translations keep their case, spacing and "
+    "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces)",
+    "shared_vocab": "one joint vocabulary for source and target, learned from both sides",
+    "subword_model": "SentencePiece's algorithm: unigram or bpe (tokenizer sentencepiece)",
+    "vocab_size": "size of each vocabulary, or of the joint one (a small corpus gives fewer; "
+    "SentencePiece needs more than 260)",
+    "vocab_lower_thresh": "fewest occurrences of a word piece to enter the vocabulary "
+    "(tokenizer wordpiece)",
     "lower_case": "lowercase the text before tokenizing",
     "normalization_form": "Unicode normalization before tokenizing (NFC, NFKC, NFD or NFKD); "
     "none skips it",
@@ -115,10 +126,14 @@ class _RunSettings:
     batch_size: int = 64
     batch_tokens: int | None = None
     shuffle_buffer: int = 20000
-    # Tokenizers (one WordPiece vocabulary per language, learned from the training text).
+    # Tokenizers, learned from the training text: one per language, or one joint
+    # (shared_vocab). tokenizer: "sentencepiece" (reversible, cased) or "wordpiece".
+    tokenizer: str = "sentencepiece"
+    shared_vocab: bool = False
+    subword_model: str = "unigram"  # "unigram" or "bpe" (SentencePiece only)
     vocab_size: int = 8000
-    vocab_lower_thresh: int = 5
-    lower_case: bool = True
+    vocab_lower_thresh: int = 5  # WordPiece only
+    lower_case: bool = False
     normalization_form: str | None = "NFC"
     # Optimisation.
     epochs: int = 20
@@ -168,6 +183,18 @@ class _RunSettings:
         for name in positive + tuple(MODEL_SIZES) + ("max_length",):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive. Received: {name}={getattr(self, name)}")
+        self._validate_tokenizer_settings()
+
+    def _validate_tokenizer_settings(self) -> None:
+        if self.normalization_form is not None:
+            check_normalization_form(self.normalization_form)
+        smallest = len(RESERVED_TOKENS) + BYTE_PIECES + 1
+        if self.tokenizer == "sentencepiece" and self.vocab_size < smallest:
+            raise ValueError(
+                f"vocab_size must be at least {smallest} with tokenizer='sentencepiece' (its "
+                f"{len(RESERVED_TOKENS)} reserved and {BYTE_PIECES} byte pieces come first). "
+                f"Received: vocab_size={self.vocab_size}; raise it, or use tokenizer='wordpiece'."
+            )
 
     def model_kwargs(self, input_vocab_size: int, target_vocab_size: int) -> dict:
         """The Transformer's constructor arguments that define the model (config.json's
@@ -185,7 +212,19 @@ class _RunSettings:
         return {name: getattr(self, name) for name in STEP_OPTIONS}
 
     def tokenizer_kwargs(self) -> dict:
-        return {"lower_case": self.lower_case, "normalization_form": self.normalization_form}
+        """The tokenizer settings (config.json's "tokenizer"), from which
+        `run_dir.load_tokenizers` rebuilds the run's tokenizers; a resumed run must
+        have the same."""
+        settings = {
+            "kind": self.tokenizer,
+            "shared_vocab": self.shared_vocab,
+            "lower_case": self.lower_case,
+            "normalization_form": self.normalization_form,
+        }
+        if self.tokenizer == "sentencepiece":
+            settings["subword_model"] = self.subword_model
+            settings["vocab_size"] = self.vocab_size
+        return settings
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}

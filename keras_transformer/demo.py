@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,9 +47,21 @@ DEFAULT_EXPORT_NAME = "demo"
 DEFAULT_EXAMPLES = 5
 
 
-def target_normalized(text: str) -> str:
-    """The reference as detokenize writes it: lowercased, punctuation set off by spaces."""
-    return " ".join(re.sub(r"([^\w\s])", r" \1 ", text.lower()).split())
+def target_normalized(text: str, config: TrainConfig | None = None) -> str:
+    """The reference in the form the run's tokenizer writes its output.
+
+    SentencePiece (the default) gives back the text after its normalization:
+    Unicode normal form, whitespace runs as one space, lowercased if asked.
+    WordPiece lowercases (by default) and sets every punctuation mark apart.
+    """
+    config = config or TrainConfig.from_dict(DEMO_SETTINGS)
+    if config.lower_case:
+        text = text.lower()
+    if config.tokenizer == "wordpiece":
+        return " ".join(re.sub(r"([^\w\s])", r" \1 ", text).split())
+    if config.normalization_form:
+        text = unicodedata.normalize(config.normalization_form, text)
+    return " ".join(text.split())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +72,7 @@ class DemoTranslation:
     translation: str
     score: float  # log-probability of the translation
     reference: str
-
-    @property
-    def correct(self) -> bool:
-        return self.translation == target_normalized(self.reference)
+    correct: bool  # the translation is the reference, in the tokenizer's output form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +120,13 @@ def run_demo(
     held_out = _first_pairs(val_pairs, examples)
     results = translate_texts(load_translator(export_dir), data.texts(held_out, 0))
     translations = [
-        DemoTranslation(source, translation, score, reference)
+        DemoTranslation(
+            source,
+            translation,
+            score,
+            reference,
+            translation == target_normalized(reference, config),
+        )
         for (source, reference), (translation, score) in zip(held_out, results, strict=True)
     ]
     return DemoResult(history, Path(run_dir), export_dir, translations)

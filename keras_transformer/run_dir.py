@@ -4,8 +4,13 @@ Layout (written by training, read by export, translate and evaluate):
 
     RUN_DIR/config.json           {"model": Transformer config, "tokenizer": {...}, "data": {...},
                                    "training": {...}}
-    RUN_DIR/vocab_source.txt      source WordPiece vocabulary, one token a line
+    RUN_DIR/spm_source.model      source SentencePiece model (tokenizer "sentencepiece")
+    RUN_DIR/spm_target.model      target SentencePiece model
+    RUN_DIR/spm_joint.model       or one model for both sides (shared_vocab)
+    RUN_DIR/vocab_source.txt      source WordPiece vocabulary, one token a line (tokenizer
+                                  "wordpiece", and every run made before SentencePiece)
     RUN_DIR/vocab_target.txt      target WordPiece vocabulary
+    RUN_DIR/vocab_joint.txt       or one vocabulary for both sides (shared_vocab)
     RUN_DIR/checkpoints/best.keras   best model by validation loss
     RUN_DIR/checkpoints/last.keras   model at the end of the last epoch
     RUN_DIR/checkpoints/epoch_NNNN.keras   the last epochs, kept for averaging (optional)
@@ -22,11 +27,22 @@ import os
 from pathlib import Path
 
 from keras_transformer import checkpoints
-from keras_transformer.tokenizers import Tokenizer
+from keras_transformer.tokenizers import TOKENIZER_KINDS
 
 CONFIG_FILE = "config.json"
 SOURCE_VOCAB_FILE = "vocab_source.txt"
 TARGET_VOCAB_FILE = "vocab_target.txt"
+JOINT_VOCAB_FILE = "vocab_joint.txt"
+SOURCE_SPM_FILE = "spm_source.model"
+TARGET_SPM_FILE = "spm_target.model"
+JOINT_SPM_FILE = "spm_joint.model"
+# Tokenizer kind -> (source file, target file, joint file).
+TOKENIZER_FILES = {
+    "sentencepiece": (SOURCE_SPM_FILE, TARGET_SPM_FILE, JOINT_SPM_FILE),
+    "wordpiece": (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, JOINT_VOCAB_FILE),
+}
+# A "tokenizer" section without a kind was written before SentencePiece came: WordPiece.
+LEGACY_TOKENIZER_KIND = "wordpiece"
 CHECKPOINT_DIR = "checkpoints"
 BEST_CHECKPOINT = "checkpoints/best.keras"
 LAST_CHECKPOINT = "checkpoints/last.keras"
@@ -79,14 +95,61 @@ def read_history(run_dir: str | os.PathLike) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
 
 
-def load_tokenizers(run_dir: str | os.PathLike):
-    """The run's (source, target) tokenizers."""
-    settings = read_config(run_dir).get("tokenizer", {})
+def tokenizer_settings(config: dict) -> dict:
+    """config.json's "tokenizer" section, with what runs of earlier versions left unsaid.
+
+    A section without "kind" is WordPiece's, and without "shared_vocab" has one
+    vocabulary per side.
+    """
+    settings = dict(config.get("tokenizer") or {})
+    settings.setdefault("kind", LEGACY_TOKENIZER_KIND)
+    settings.setdefault("shared_vocab", False)
+    if settings["kind"] not in TOKENIZER_FILES:
+        raise ValueError(
+            f"Unknown tokenizer kind {settings['kind']!r} in {CONFIG_FILE}; known: "
+            f"{sorted(TOKENIZER_FILES)}."
+        )
+    return settings
+
+
+def tokenizer_files(settings: dict) -> tuple[str, str]:
+    """(source, target) file names of the tokenizers `settings` describe; the same name
+    twice for a joint vocabulary."""
+    source, target, joint = TOKENIZER_FILES[settings["kind"]]
+    return (joint, joint) if settings["shared_vocab"] else (source, target)
+
+
+def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
+    """(source, target) tokenizers from `settings` (`tokenizer_settings`) and the files
+    in `run_dir`; one tokenizer object twice for a joint vocabulary."""
     run_dir = Path(run_dir)
+    tokenizer_class = TOKENIZER_KINDS[settings["kind"]]
+    arguments = {
+        name: settings[name] for name in ("lower_case", "normalization_form") if name in settings
+    }
+    source_file, target_file = tokenizer_files(settings)
+    for side, filename in (("source", source_file), ("target", target_file)):
+        if not (run_dir / filename).is_file():
+            raise FileNotFoundError(
+                f"{run_dir / filename} is missing: it holds the run's {side} tokenizer "
+                f"({settings['kind']}, as {CONFIG_FILE} says)."
+            )
+    if source_file == target_file:
+        joint = tokenizer_class(run_dir / source_file, **arguments, name="joint_tokenizer")
+        return joint, joint
     return (
-        Tokenizer(run_dir / SOURCE_VOCAB_FILE, **settings, name="source_tokenizer"),
-        Tokenizer(run_dir / TARGET_VOCAB_FILE, **settings, name="target_tokenizer"),
+        tokenizer_class(run_dir / source_file, **arguments, name="source_tokenizer"),
+        tokenizer_class(run_dir / target_file, **arguments, name="target_tokenizer"),
     )
+
+
+def load_tokenizers(run_dir: str | os.PathLike):
+    """The run's (source, target) tokenizers, of the kind its config.json names.
+
+    A run directory from before SentencePiece (no "kind", vocab_source.txt and
+    vocab_target.txt) loads as WordPiece.
+    """
+    return make_tokenizers(run_dir, tokenizer_settings(read_config(run_dir)))
 
 
 def load_model(

@@ -22,7 +22,12 @@ from keras_transformer.losses import MaskedLoss, masked_loss, token_losses
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
 from keras_transformer.model import Transformer
 from keras_transformer.schedules import CustomSchedule, WarmupSchedule, make_optimizer
-from keras_transformer.tokenizers import Tokenizer, learn_vocabulary, write_vocabulary
+from keras_transformer.tokenizers import (
+    learn_sentencepiece_model,
+    learn_vocabulary,
+    write_sentencepiece_model,
+    write_vocabulary,
+)
 
 __all__ = [
     "CustomSchedule",
@@ -48,20 +53,57 @@ JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 
 
 def build_tokenizers(config: TrainConfig, train_pairs, run_dir: Path):
-    """The run's tokenizers: vocabularies learned from the training text, or reused from run_dir."""
-    tokenizers = []
-    for side, filename in enumerate((run_dir_lib.SOURCE_VOCAB_FILE, run_dir_lib.TARGET_VOCAB_FILE)):
+    """The run's (source, target) tokenizers, learned from the training text once.
+
+    Each model or vocabulary file is learned when run_dir lacks it and reused
+    when it is there (a resumed run), so every epoch of a run sees the same
+    ids. Files are written under a temporary name and renamed into place: a
+    kill mid-write leaves no half file behind. With `shared_vocab` one model
+    is learned from both sides and the same tokenizer is returned twice.
+    """
+    settings = run_dir_lib.tokenizer_settings({"tokenizer": config.tokenizer_kwargs()})
+    source_file, target_file = run_dir_lib.tokenizer_files(settings)
+    sides_of_file = {source_file: [0], target_file: [1]}
+    if source_file == target_file:
+        sides_of_file = {source_file: [0, 1]}
+    for filename, sides in sides_of_file.items():
         path = run_dir / filename
         if not path.is_file():
-            vocab = learn_vocabulary(
-                data.texts(train_pairs, side),
-                vocab_size=config.vocab_size,
-                lower_thresh=config.vocab_lower_thresh,
-                **config.tokenizer_kwargs(),
-            )
-            write_vocabulary(vocab, path)
-        tokenizers.append(Tokenizer(path, **config.tokenizer_kwargs()))
-    return tuple(tokenizers)
+            _learn_tokenizer_file(config, _training_texts(train_pairs, sides), path)
+    return run_dir_lib.make_tokenizers(run_dir, settings)
+
+
+def _training_texts(train_pairs, sides: list[int]):
+    """The training sentences of `sides` (0: source, 1: target), one after the other."""
+    texts = [data.texts(train_pairs, side) for side in sides]
+    if isinstance(texts[0], tf.data.Dataset):
+        joined = texts[0]
+        for more in texts[1:]:
+            joined = joined.concatenate(more)
+        return joined
+    return [sentence for side_texts in texts for sentence in side_texts]
+
+
+def _learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
+    """Learns the tokenizer `config` asks for from `texts` and writes it to `path`."""
+    if config.tokenizer == "sentencepiece":
+        model = learn_sentencepiece_model(
+            texts,
+            vocab_size=config.vocab_size,
+            model_type=config.subword_model,
+            lower_case=config.lower_case,
+            normalization_form=config.normalization_form,
+        )
+        write_sentencepiece_model(model, path)
+    else:
+        vocab = learn_vocabulary(
+            texts,
+            vocab_size=config.vocab_size,
+            lower_case=config.lower_case,
+            normalization_form=config.normalization_form,
+            lower_thresh=config.vocab_lower_thresh,
+        )
+        write_vocabulary(vocab, path)
 
 
 def _check_same_run(run_dir: Path, run_config: dict) -> None:
@@ -72,6 +114,8 @@ def _check_same_run(run_dir: Path, run_config: dict) -> None:
     # their default value.
     defaults = TrainConfig().model_kwargs(0, 0)
     old["model"] = {**defaults, **old.get("model", {})}
+    # Their tokenizer section does not name its kind (WordPiece, one vocabulary a side).
+    old["tokenizer"] = run_dir_lib.tokenizer_settings(old)
     for section in ("model", "tokenizer", "data"):
         if old.get(section) != run_config[section]:
             raise ValueError(

@@ -1,7 +1,7 @@
 """Translator(tf.Module): strings in, strings out, with the tokenizers inside.
 
 Its traced functions (`translate`, `translate_beam`) hold the whole pipeline
-in one graph: normalization and WordPiece tokenization (tensorflow-text), the
+in one graph: normalization and subword tokenization (tensorflow-text), the
 source truncated to the model's max length, cached in-graph decoding, and
 detokenization. That is what `export.py` writes into a SavedModel.
 """

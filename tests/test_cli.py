@@ -393,7 +393,7 @@ def test_every_flag_says_what_it_does_and_its_default(capsys):
 @pytest.mark.slow
 def test_demo_trains_exports_and_translates_with_the_export(tmp_path, capsys):
     tiny = ["--demo-pairs", "300", "--epochs", "1", "--num-layers", "1", "--d-model", "16",
-            "--num-heads", "2", "--dff", "32", "--vocab-size", "200", "--vocab-lower-thresh", "1",
+            "--num-heads", "2", "--dff", "32", "--vocab-size", "500", "--vocab-lower-thresh", "1",
             "--max-tokens", "16", "--warmup-steps", "10", "--batch-size", "32"]  # fmt: skip
     run_dir, root = tmp_path / "run", tmp_path / "saved_models"
     argv = ["demo", "--run-dir", str(run_dir), "--export-root", str(root), "--name", "numbers"]

@@ -165,7 +165,7 @@ def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys):
     from keras_transformer import training
 
     config = dict(
-        demo_pairs=300, val_fraction=0.1, vocab_size=200, vocab_lower_thresh=1, num_layers=1,
+        demo_pairs=300, val_fraction=0.1, vocab_size=500, vocab_lower_thresh=1, num_layers=1,
         d_model=16, num_heads=2, dff=32, max_tokens=16, batch_size=32, warmup_steps=10, epochs=2,
     )  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:

@@ -1,11 +1,17 @@
-"""WordPiece tokenizers: round trips with accents, reserved ids, tf.function and SavedModel use."""
+"""WordPiece tokenizers, and the run directory's tokenizers of either kind.
+
+SentencePiece's own behaviour is tested in test_sentencepiece.py.
+"""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import cli, data, run_dir, training
+from keras_transformer.config import TrainConfig
 from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from keras_transformer.tokenizers import (
+    SentencePieceTokenizer,
     Tokenizer,
     learn_vocabulary,
     read_vocabulary,
@@ -96,3 +102,155 @@ def test_empty_and_undecodable_inputs_still_tokenize(tokenizer):
     ids = tokenizer.tokenize(tf.constant(["", b"\xff\xfe ok"])).to_list()
     assert ids[0] == [START_ID, END_ID]
     assert ids[1][0] == START_ID and ids[1][-1] == END_ID
+
+
+# ----------------------------------------------------------------------------- run directories
+
+
+def _config(**settings) -> TrainConfig:
+    return TrainConfig(vocab_size=400, vocab_lower_thresh=1, **settings)
+
+
+@pytest.fixture(scope="module")
+def train_pairs():
+    written = [
+        ("A man in a blue shirt is reading.", "Ein Mann im blauen Hemd liest."),
+        ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
+        ("The street is wet, isn't it?", "Die Straße ist nass, nicht wahr?"),
+    ]
+    return written * 20 + data.demo_corpus(200, seed=2, source_lang="en", target_lang="de")
+
+
+def _has_piece_with(tokenizer, text: str) -> bool:
+    return any(text in piece for piece in tokenizer.get_vocab())
+
+
+def _learned_files(run_dir) -> dict:
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+
+
+def test_build_tokenizers_learns_sentencepiece_once_and_reuses_it(
+    tmp_path, train_pairs, monkeypatch
+):
+    config = _config()
+    assert (config.tokenizer, config.lower_case, config.subword_model) == (
+        "sentencepiece",
+        False,
+        "unigram",
+    )
+    source, target = training.build_tokenizers(config, train_pairs, tmp_path)
+    assert isinstance(source, SentencePieceTokenizer) and source is not target
+    files = _learned_files(tmp_path)
+    assert sorted(files) == [run_dir.SOURCE_SPM_FILE, run_dir.TARGET_SPM_FILE]
+    # The German model learned German; the English one did not.
+    assert _has_piece_with(target, "hundert") and not _has_piece_with(source, "hundert")
+    assert _has_piece_with(source, "hundred") and not _has_piece_with(target, "hundred")
+    sentence = tf.constant(["Die Straße ist nass, nicht wahr?"])
+    assert target.detokenize(target.tokenize(sentence)).numpy()[0].decode() == (
+        "Die Straße ist nass, nicht wahr?"
+    )
+
+    def must_not_learn(*args, **kwargs):
+        raise AssertionError("a resumed run learned its tokenizer again")
+
+    monkeypatch.setattr(training, "learn_sentencepiece_model", must_not_learn)
+    again_source, again_target = training.build_tokenizers(config, train_pairs, tmp_path)
+    assert _learned_files(tmp_path) == files
+    ids = again_target.tokenize(sentence).to_list()
+    assert ids == target.tokenize(sentence).to_list()
+    # config.json's "tokenizer" section is what load_tokenizers rebuilds them from.
+    settings = config.tokenizer_kwargs()
+    assert settings == {
+        "kind": "sentencepiece",
+        "shared_vocab": False,
+        "lower_case": False,
+        "normalization_form": "NFC",
+        "subword_model": "unigram",
+        "vocab_size": 400,
+    }
+    run_dir.write_config(tmp_path, {"tokenizer": settings})
+    loaded_source, loaded_target = run_dir.load_tokenizers(tmp_path)
+    assert loaded_target.tokenize(sentence).to_list() == ids
+    assert loaded_source.get_vocab() == source.get_vocab()
+
+
+def test_shared_vocab_learns_one_joint_model(tmp_path, train_pairs):
+    config = _config(shared_vocab=True, subword_model="bpe")
+    source, target = training.build_tokenizers(config, train_pairs, tmp_path)
+    assert source is target
+    assert sorted(_learned_files(tmp_path)) == [run_dir.JOINT_SPM_FILE]
+    assert _has_piece_with(source, "hundert") and _has_piece_with(source, "hundred")
+    vocab = source.get_vocab()
+    run_dir.write_config(tmp_path, {"tokenizer": config.tokenizer_kwargs()})
+    loaded_source, loaded_target = run_dir.load_tokenizers(tmp_path)
+    assert loaded_source is loaded_target and loaded_source.get_vocab() == vocab
+
+
+@pytest.mark.parametrize("lower_case", [False, True], ids=["cased", "lowercased"])
+def test_build_tokenizers_learns_wordpiece_when_asked(tmp_path, train_pairs, lower_case):
+    config = _config(tokenizer="wordpiece", lower_case=lower_case)
+    source, target = training.build_tokenizers(config, train_pairs, tmp_path)
+    assert isinstance(source, Tokenizer) and isinstance(target, Tokenizer)
+    assert sorted(_learned_files(tmp_path)) == [
+        run_dir.SOURCE_VOCAB_FILE,
+        run_dir.TARGET_VOCAB_FILE,
+    ]
+    text = target.detokenize(target.tokenize(tf.constant(["Die Straße ist nass."])))
+    expected = "die straße ist nass ." if lower_case else "Die Straße ist nass ."
+    assert text.numpy()[0].decode() == expected
+    run_dir.write_config(tmp_path, {"tokenizer": config.tokenizer_kwargs()})
+    loaded = run_dir.load_tokenizers(tmp_path)[1]
+    assert loaded.detokenize(loaded.tokenize(tf.constant(["Die Straße ist nass."]))) == text
+
+
+def test_run_directory_from_before_sentencepiece_loads_as_wordpiece(tmp_path, tokenizer):
+    # What earlier versions wrote: no "kind", one vocabulary file per side.
+    run_dir.write_config(
+        tmp_path, {"model": {}, "tokenizer": {"lower_case": True, "normalization_form": "NFC"}}
+    )
+    tokenizer.save_vocabulary(tmp_path / "vocab_source.txt")
+    tokenizer.save_vocabulary(tmp_path / "vocab_target.txt")
+    source, target = run_dir.load_tokenizers(tmp_path)
+    assert isinstance(source, Tokenizer) and isinstance(target, Tokenizer)
+    assert source.get_vocab() == tokenizer.get_vocab()
+    ids = target.tokenize(tf.constant(["Die Straße ist nass."]))
+    assert target.detokenize(ids).numpy()[0].decode() == "die straße ist nass ."
+
+
+def test_missing_or_broken_tokenizer_files_are_named(tmp_path, tokenizer):
+    settings = TrainConfig().tokenizer_kwargs()
+    run_dir.write_config(tmp_path, {"tokenizer": settings})
+    with pytest.raises(FileNotFoundError, match=run_dir.SOURCE_SPM_FILE):
+        run_dir.load_tokenizers(tmp_path)
+    (tmp_path / run_dir.SOURCE_SPM_FILE).write_bytes(b"\x00 not a model")
+    (tmp_path / run_dir.TARGET_SPM_FILE).write_bytes(b"")
+    with pytest.raises(ValueError, match=f"{run_dir.SOURCE_SPM_FILE} is not a valid"):
+        run_dir.load_tokenizers(tmp_path)
+    run_dir.write_config(tmp_path, {"tokenizer": {"kind": "bytes"}})
+    with pytest.raises(ValueError, match="Unknown tokenizer kind 'bytes'"):
+        run_dir.load_tokenizers(tmp_path)
+    run_dir.write_config(tmp_path, {"tokenizer": {"lower_case": True}})
+    (tmp_path / run_dir.SOURCE_VOCAB_FILE).write_text("hello\n", encoding="utf-8")
+    (tmp_path / run_dir.TARGET_VOCAB_FILE).write_text("hello\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{run_dir.SOURCE_VOCAB_FILE} must start with"):
+        run_dir.load_tokenizers(tmp_path)
+
+
+def test_tokenizer_settings_are_validated_and_are_flags():
+    with pytest.raises(ValueError, match="tokenizer must be one of"):
+        TrainConfig(tokenizer="bert").validate()
+    with pytest.raises(ValueError, match="subword_model must be one of"):
+        TrainConfig(subword_model="char").validate()
+    with pytest.raises(ValueError, match="normalization_form"):
+        TrainConfig(normalization_form="NFX").validate()
+    with pytest.raises(ValueError, match="vocab_size must be at least 261"):
+        TrainConfig(vocab_size=200).validate()
+    TrainConfig(vocab_size=200, tokenizer="wordpiece").validate()
+    flags = ["--tokenizer", "wordpiece", "--shared-vocab", "true", "--subword-model", "bpe"]
+    args = cli.build_parser().parse_args(["train", "--run-dir", "x", *flags])
+    config = cli.config_from_args(args)
+    assert (config.tokenizer, config.shared_vocab, config.subword_model) == (
+        "wordpiece",
+        True,
+        "bpe",
+    )

@@ -22,7 +22,8 @@ TINY = {
     "corpus": "demo",
     "demo_pairs": 400,
     "val_fraction": 0.1,
-    "vocab_size": 300,
+    # SentencePiece's 4 reserved and 256 byte pieces come first: 500 leaves 240 learned.
+    "vocab_size": 500,
     "vocab_lower_thresh": 1,
     "num_layers": 1,
     "d_model": 32,
@@ -43,8 +44,8 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     assert history.history["val_loss"][-1] < history.history["val_loss"][0]
     for name in (
         run_dir.CONFIG_FILE,
-        run_dir.SOURCE_VOCAB_FILE,
-        run_dir.TARGET_VOCAB_FILE,
+        run_dir.SOURCE_SPM_FILE,
+        run_dir.TARGET_SPM_FILE,
         run_dir.BEST_CHECKPOINT,
         run_dir.LAST_CHECKPOINT,
         run_dir.HISTORY_FILE,
@@ -58,7 +59,14 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
     model, source, target, config = run_dir.load_run(tmp_path)
     assert config["model"]["d_model"] == 32 and config["model"]["num_layers"] == 1
     assert config["model"]["input_vocab_size"] == source.vocab_size
-    assert config["tokenizer"] == {"lower_case": True, "normalization_form": "NFC"}
+    assert config["tokenizer"] == {
+        "kind": "sentencepiece",
+        "shared_vocab": False,
+        "lower_case": False,
+        "normalization_form": "NFC",
+        "subword_model": "unigram",
+        "vocab_size": 500,
+    }
     outputs = Translator(model, source, target, max_length=10)(["one", "twenty-two"])
     assert len(outputs["translation"]) == 2
     # A different model in the same run directory is refused, not mixed in.
@@ -140,3 +148,22 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     # rate) goes on from the backed-up epoch instead of restarting at 0.
     steps = [e["optimizer_steps"] for e in entries]
     assert all(a < b for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def test_a_run_from_before_sentencepiece_resumes_as_wordpiece(tmp_path):
+    # config.json as earlier versions wrote it: no tokenizer kind, fewer model options.
+    old = training.TrainConfig(tokenizer="wordpiece", lower_case=True)
+    model = {k: v for k, v in old.model_kwargs(40, 50).items() if k != "activation"}
+    run_dir.write_config(
+        tmp_path,
+        {
+            "model": model,
+            "tokenizer": {"lower_case": True, "normalization_form": "NFC"},
+            "data": {},
+        },
+    )
+    same = {"model": old.model_kwargs(40, 50), "tokenizer": old.tokenizer_kwargs(), "data": {}}
+    training._check_same_run(tmp_path, same)
+    cased = training.TrainConfig(tokenizer="wordpiece")
+    with pytest.raises(ValueError, match="different tokenizer"):
+        training._check_same_run(tmp_path, {**same, "tokenizer": cased.tokenizer_kwargs()})

@@ -1,45 +1,33 @@
-"""WordPiece tokenizers built on tensorflow-text, exportable inside a SavedModel.
+"""WordPiece tokenizers (the TensorFlow tutorial's) on tensorflow-text, exportable in a SavedModel.
 
 A vocabulary is learned from training text with tensorflow-text's BERT
 vocabulary learner and saved as a plain file, one token a line. The reserved
 tokens come first, so [PAD] is id 0 (the padding id every mask assumes).
+
+WordPiece splits off every punctuation mark and joins words with single spaces
+when detokenizing, so it cannot restore the text's own spacing ("there ' s");
+`SentencePieceTokenizer` can.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_learner
 
 from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID, UNK, UNK_ID
-
-
-def normalize_text(strings, lower_case=True, normalization_form="NFC"):
-    """The text normalization applied before tokenization.
-
-    Undecodable bytes are replaced (U+FFFD) rather than failing the batch.
-    Lowercasing is Unicode lowercasing, which keeps accents (á stays á) and
-    the German ß; Unicode case folding would turn "straße" into "strasse", a
-    word the references do not contain.
-    """
-    strings = tf.strings.unicode_transcode(
-        strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-    )
-    if lower_case:
-        strings = tf.strings.lower(strings, encoding="utf-8")
-    if normalization_form:
-        strings = tf_text.normalize_utf8(strings, normalization_form)
-    return strings
+from keras_transformer.tokenizers.normalization import check_normalization_form, normalize_text
 
 
 def learn_vocabulary(
     texts: Iterable[str] | tf.data.Dataset,
     vocab_size: int = 8000,
     lower_case: bool = True,
-    normalization_form: str = "NFC",
+    normalization_form: str | None = "NFC",
     lower_thresh: int = 5,
 ) -> list[str]:
     """Learns a WordPiece vocabulary (reserved tokens first) from `texts`.
@@ -47,10 +35,13 @@ def learn_vocabulary(
     Args:
         texts: strings, or a `tf.data.Dataset` of scalar strings.
         vocab_size: target size. Small corpora give fewer tokens than asked.
+        lower_case, normalization_form: the normalization (`normalize_text`);
+            give the tokenizer the same.
         lower_thresh: minimum count of a word piece; lower it for tiny corpora.
     """
     if not isinstance(texts, tf.data.Dataset):
         texts = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
+    normalization_form = check_normalization_form(normalization_form)
     texts = texts.batch(1024).map(
         lambda s: normalize_text(s, lower_case, normalization_form),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -65,15 +56,30 @@ def learn_vocabulary(
 
 
 def write_vocabulary(vocab: list[str], path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    with open(path, "w", encoding="utf-8") as f:
+    """Writes `vocab` to `path`, one token a line, and returns the path.
+
+    The file is written under a temporary name and renamed into place, so a
+    kill mid-write never leaves half a vocabulary that a resumed run would use.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in vocab)
-    return path
+    os.replace(tmp, path)
+    return os.fspath(path)
 
 
 def read_vocabulary(path: str | os.PathLike) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n") for line in f]
+    """The vocabulary in the file `path`; ValueError naming the file if it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            vocab = [line.rstrip("\n") for line in f]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"WordPiece vocabulary {path} is missing.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"WordPiece vocabulary {path} is not UTF-8 text: {error}") from None
+    except OSError as error:
+        raise OSError(f"WordPiece vocabulary {path} cannot be read: {error.strerror}") from None
     if vocab[: len(RESERVED_TOKENS)] != RESERVED_TOKENS:
         raise ValueError(
             f"Vocabulary {path} must start with the reserved tokens {RESERVED_TOKENS}; "
@@ -94,6 +100,8 @@ class Tokenizer(tf.Module):
         normalization_form: Unicode normalization ("NFC", "NFKC", ... or None).
     """
 
+    kind = "wordpiece"
+
     def __init__(self, vocab, lower_case=True, normalization_form="NFC", name=None):
         super().__init__(name=name)
         if isinstance(vocab, (str, os.PathLike)):
@@ -101,7 +109,7 @@ class Tokenizer(tf.Module):
         if list(vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(f"The vocabulary must start with {RESERVED_TOKENS}.")
         self.lower_case = lower_case
-        self.normalization_form = normalization_form
+        self.normalization_form = check_normalization_form(normalization_form)
         self.vocab = tf.Variable(list(vocab), trainable=False, name="vocab")
         table = tf.lookup.StaticVocabularyTable(
             tf.lookup.KeyValueTensorInitializer(
@@ -114,6 +122,7 @@ class Tokenizer(tf.Module):
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids, reserved tokens included."""
         return self._vocab_size
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -143,10 +152,17 @@ class Tokenizer(tf.Module):
 
     @tf.function(input_signature=[])
     def get_vocab_size(self):
+        """The number of ids as a scalar tensor (callable on a loaded SavedModel)."""
         return tf.constant(self._vocab_size)
 
     def get_vocab(self) -> list[str]:
+        """Every token, in id order."""
         return [t.decode("utf-8") for t in self.vocab.numpy()]
 
     def save_vocabulary(self, path) -> str:
+        """Writes the vocabulary to `path` (one token a line) and returns the path."""
         return write_vocabulary(self.get_vocab(), path)
+
+
+# The name beside `SentencePieceTokenizer`; `Tokenizer` stays for existing code.
+WordPieceTokenizer = Tokenizer

@@ -1,0 +1,75 @@
+"""Tokenizers: strings <-> token ids, exportable inside a SavedModel.
+
+Two kinds, with one interface (`tokenize`, `detokenize`, `lookup`,
+`vocab_size`, `get_vocab_size`, `get_vocab`):
+
+- `SentencePieceTokenizer` (the default of a training run): reversible
+  subwords, cased, `detokenize(tokenize(x)) == normalize(x)`.
+- `Tokenizer` (alias `WordPieceTokenizer`): the TensorFlow tutorial's
+  WordPiece, which sets punctuation off by spaces and usually lowercases.
+
+Both reserve the same ids: [PAD]=0, [UNK]=1, [START]=2, [END]=3.
+"""
+
+from keras_transformer.constants import (
+    END,
+    END_ID,
+    PAD,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START,
+    START_ID,
+    UNK,
+    UNK_ID,
+)
+from keras_transformer.tokenizers.normalization import (
+    NORMALIZATION_FORMS,
+    check_normalization_form,
+    normalize_text,
+)
+from keras_transformer.tokenizers.sentencepiece import (
+    SUBWORD_MODELS,
+    SentencePieceTokenizer,
+    learn_sentencepiece_model,
+    read_sentencepiece_model,
+    write_sentencepiece_model,
+)
+from keras_transformer.tokenizers.wordpiece import (
+    Tokenizer,
+    WordPieceTokenizer,
+    learn_vocabulary,
+    read_vocabulary,
+    write_vocabulary,
+)
+
+# config.json's tokenizer "kind" -> the class that reads it.
+TOKENIZER_KINDS = {
+    SentencePieceTokenizer.kind: SentencePieceTokenizer,
+    WordPieceTokenizer.kind: WordPieceTokenizer,
+}
+
+__all__ = [
+    "END",
+    "END_ID",
+    "NORMALIZATION_FORMS",
+    "PAD",
+    "PAD_ID",
+    "RESERVED_TOKENS",
+    "START",
+    "START_ID",
+    "SUBWORD_MODELS",
+    "TOKENIZER_KINDS",
+    "UNK",
+    "UNK_ID",
+    "SentencePieceTokenizer",
+    "Tokenizer",
+    "WordPieceTokenizer",
+    "check_normalization_form",
+    "learn_sentencepiece_model",
+    "learn_vocabulary",
+    "normalize_text",
+    "read_sentencepiece_model",
+    "read_vocabulary",
+    "write_sentencepiece_model",
+    "write_vocabulary",
+]

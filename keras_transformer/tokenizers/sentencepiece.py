@@ -1,0 +1,357 @@
+"""SentencePiece tokenizers: reversible subwords, the library's default.
+
+A model is learned from training text with the `sentencepiece` package (in
+memory, from an iterator of sentences) and run in graphs with
+tensorflow-text's SentencePiece ops, which TF Serving links; the model proto
+is an attribute of the op that loads it, so it travels inside the SavedModel.
+
+What it guarantees: `detokenize(tokenize(x)) == normalize(x)`, where
+`normalize` is `normalize_text(x, lower_case, normalization_form,
+collapse_whitespace=True)`. By default (cased, NFC) that changes nothing but
+undecodable bytes (U+FFFD), canonically equivalent spellings of a character
+(a + combining tilde -> ã) and whitespace (each run one space, the ends
+stripped). SentencePiece's own normalization is switched off
+("identity"), so that this TensorFlow function is the whole of it. Characters
+the model has no piece for (emoji, rare scripts) are spelled as UTF-8 byte
+pieces ("byte fallback") and come back intact; [UNK] is never produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import tensorflow as tf
+
+# The SentencePiece ops themselves: tensorflow-text's `SentencepieceTokenizer` class
+# keeps its model in a resource that a `tf.random.set_seed` deletes (see
+# `_SentencepieceModel`), so the tokenizer below calls the ops with a resource of
+# its own. Importing this module also registers the ops a loaded SavedModel runs.
+from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+    gen_sentencepiece_tokenizer as sentencepiece_ops,
+)
+
+from keras_transformer.constants import (
+    END,
+    END_ID,
+    PAD,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START,
+    START_ID,
+    UNK,
+    UNK_ID,
+)
+from keras_transformer.tokenizers.normalization import check_normalization_form, normalize_text
+
+SUBWORD_MODELS = ("unigram", "bpe")
+# Byte fallback adds one piece per byte value, after the reserved ones.
+BYTE_PIECES = 256
+# Share of the training characters that get a piece of their own; the rarest
+# rest is spelled in bytes (byte fallback), so it still round-trips. 0.9995 is
+# SentencePiece's advice for languages with many characters.
+DEFAULT_CHARACTER_COVERAGE = 0.9995
+# SentencePiece keeps every training sentence in memory; beyond this many it
+# samples them at random.
+MAX_TRAINING_SENTENCES = 2_000_000
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def learn_sentencepiece_model(
+    texts: Iterable[str] | tf.data.Dataset,
+    vocab_size: int = 8000,
+    model_type: str = "unigram",
+    lower_case: bool = False,
+    normalization_form: str | None = "NFC",
+    character_coverage: float = DEFAULT_CHARACTER_COVERAGE,
+    max_sentences: int = MAX_TRAINING_SENTENCES,
+) -> bytes:
+    """Learns a SentencePiece model from `texts` and returns its serialized proto.
+
+    The reserved pieces are ids 0-3 ([PAD], [UNK], [START], [END]), then come
+    the 256 byte pieces, then the learned ones. Give the tokenizer the same
+    `lower_case` and `normalization_form`.
+
+    Args:
+        texts: strings, or a `tf.data.Dataset` of scalar strings.
+        vocab_size: number of pieces. A small corpus gives fewer; at least
+            the 260 reserved and byte pieces plus the text's characters.
+        model_type: "unigram" (SentencePiece's default) or "bpe".
+        lower_case, normalization_form: the normalization (`normalize_text`)
+            applied to `texts` before learning.
+        character_coverage: share of the characters that get their own piece.
+        max_sentences: learn from a random sample of this many sentences when
+            there are more.
+    """
+    if model_type not in SUBWORD_MODELS:
+        raise ValueError(
+            f"`model_type` must be one of {SUBWORD_MODELS}. Received: model_type={model_type!r}"
+        )
+    smallest = len(RESERVED_TOKENS) + BYTE_PIECES + 1
+    if vocab_size < smallest:
+        raise ValueError(
+            f"`vocab_size` must be at least {smallest} for SentencePiece ({len(RESERVED_TOKENS)} "
+            f"reserved and {BYTE_PIECES} byte pieces come first). Received: vocab_size={vocab_size}"
+        )
+    try:
+        import sentencepiece
+    except ImportError:
+        raise ImportError(
+            "Learning a SentencePiece model needs the `sentencepiece` package: "
+            "pip install sentencepiece"
+        ) from None
+    normalization_form = check_normalization_form(normalization_form)
+    counted = {"sentences": 0}
+
+    def sentences() -> Iterator[str]:
+        for sentence in _normalized_sentences(texts, lower_case, normalization_form):
+            counted["sentences"] += 1
+            yield sentence
+
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=sentences(),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            byte_fallback=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=START_ID,
+            eos_id=END_ID,
+            pad_piece=PAD,
+            unk_piece=UNK,
+            bos_piece=START,
+            eos_piece=END,
+            # The text arrives normalized by `normalize_text`, which the
+            # tokenizer applies in its graph too; SentencePiece must change
+            # nothing more, or the round trip would depend on its rules.
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            # A small corpus gives fewer pieces than asked instead of an error.
+            hard_vocab_limit=False,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        if counted["sentences"] == 0:
+            raise ValueError("No training text to learn a SentencePiece model from.") from None
+        too_small = _TOO_SMALL.search(str(error))
+        if too_small:
+            needed = int(too_small.group(2))
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small for a SentencePiece model of this text: "
+                f"it needs at least {needed} pieces ({len(RESERVED_TOKENS)} reserved, "
+                f"{BYTE_PIECES} byte pieces and {needed - len(RESERVED_TOKENS) - BYTE_PIECES} "
+                "characters). Raise vocab_size, or lower character_coverage."
+            ) from None
+        raise
+    return model.getvalue()
+
+
+def _normalized_sentences(texts, lower_case, normalization_form) -> Iterator[str]:
+    """The non-empty `texts` after `normalize_text`, as Python strings."""
+    if not isinstance(texts, tf.data.Dataset):
+        texts = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
+    batches = texts.batch(1024).map(
+        lambda s: normalize_text(s, lower_case, normalization_form, collapse_whitespace=True),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    for batch in batches.prefetch(2).as_numpy_iterator():
+        # Bytes were replaced by U+FFFD where undecodable, so this decodes.
+        yield from (sentence.decode("utf-8") for sentence in batch if sentence)
+
+
+def write_sentencepiece_model(model_proto: bytes, path: str | os.PathLike) -> str:
+    """Writes a model proto to `path` and returns the path.
+
+    The file is written under a temporary name and renamed into place, so a
+    kill mid-write never leaves half a model that a resumed run would use.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(model_proto)
+    os.replace(tmp, path)
+    return os.fspath(path)
+
+
+def read_sentencepiece_model(path: str | os.PathLike) -> bytes:
+    """The model proto in the file `path`; errors name the file."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"SentencePiece model {path} is missing.") from None
+    except OSError as error:
+        raise OSError(f"SentencePiece model {path} cannot be read: {error.strerror}") from None
+
+
+class SentencePieceTokenizer(tf.Module):
+    """Strings <-> SentencePiece ids, usable eagerly, in `tf.function` and in a SavedModel.
+
+    `tokenize` normalizes the text (`normalize`), splits it into pieces and
+    adds [START] and [END]; `detokenize` drops the reserved ids and gives the
+    text back: `detokenize(tokenize(x)) == normalize(x)`. The interface is the
+    WordPiece `Tokenizer`'s.
+
+    Args:
+        model: a serialized model proto (`learn_sentencepiece_model`) or the
+            path of a model file.
+        lower_case: lowercase the text before tokenizing. Defaults to False
+            (cased).
+        normalization_form: Unicode normalization ("NFC", "NFKC", ... or
+            None). Defaults to "NFC", which changes no character's look.
+
+    Example:
+    >>> tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(texts, 8000))
+    >>> ids = tokenizer.tokenize(tf.constant(["  Ein Mann, der’s kann 🙂"]))
+    >>> tokenizer.detokenize(ids).numpy()[0].decode()
+    'Ein Mann, der’s kann 🙂'
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, model, lower_case=False, normalization_form="NFC", name=None):
+        super().__init__(name=name)
+        origin = "The SentencePiece model"
+        if isinstance(model, (str, os.PathLike)):
+            origin = f"SentencePiece model {os.fspath(model)}"
+            model = read_sentencepiece_model(model)
+        self.lower_case = bool(lower_case)
+        self.normalization_form = check_normalization_form(normalization_form)
+        self._model_proto = bytes(model)
+        try:
+            self._model = _SentencepieceModel(self._model_proto)
+            handle = self._model.resource_handle
+            vocab_size = int(sentencepiece_ops.sentencepiece_vocab_size_op(handle))
+            first = sentencepiece_ops.sentencepiece_id_to_string_op(
+                handle, tf.range(min(vocab_size, len(RESERVED_TOKENS)))
+            )
+        except tf.errors.OpError as error:
+            raise ValueError(
+                f"{origin} is not a valid SentencePiece model: {error.message.strip()}"
+            ) from None
+        first = [piece.decode("utf-8") for piece in first.numpy()]
+        if first != RESERVED_TOKENS:
+            raise ValueError(
+                f"{origin} must have the pieces {RESERVED_TOKENS} as ids 0-3 (the ids every "
+                f"mask and decoding loop assumes); it has {first}. Learn it with "
+                "learn_sentencepiece_model."
+            )
+        self._vocab_size = vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, reserved and byte pieces included."""
+        return self._vocab_size
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        return self._model_proto
+
+    def _normalize(self, strings):
+        return normalize_text(
+            strings, self.lower_case, self.normalization_form, collapse_whitespace=True
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def normalize(self, strings):
+        """`(batch,)` strings as the tokenizer sees them, and as `detokenize` gives them back."""
+        return self._normalize(strings)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, strings):
+        """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
+        values, row_splits = sentencepiece_ops.sentencepiece_tokenize_op(
+            self._model.resource_handle,
+            self._normalize(strings),
+            nbest_size=0,  # the best segmentation, no sampling
+            alpha=1.0,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+            out_type=tf.int32,
+        )
+        ids = tf.RaggedTensor.from_row_splits(tf.cast(values, tf.int64), row_splits, validate=False)
+        shape = tf.stack([tf.shape(strings, out_type=tf.int64)[0], 1])
+        starts = tf.fill(shape, tf.constant(START_ID, tf.int64))
+        ends = tf.fill(shape, tf.constant(END_ID, tf.int64))
+        return tf.concat([starts, ids, ends], axis=1)
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    def detokenize(self, ids):
+        """Ragged ids `(batch, None)` -> `(batch,)` strings; reserved and unknown ids dropped."""
+        keep = (ids >= len(RESERVED_TOKENS)) & (ids < self._vocab_size)
+        ids = tf.ragged.boolean_mask(ids, keep)
+        return sentencepiece_ops.sentencepiece_detokenize_op(
+            self._model.resource_handle,
+            tf.cast(ids.flat_values, tf.int32),
+            ids.row_splits,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+        )
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    def lookup(self, ids):
+        """Ragged ids -> ragged piece strings ("▁" marks a word start; reserved pieces kept).
+
+        Ids outside the vocabulary read as [UNK].
+        """
+        known = (ids >= 0) & (ids < self._vocab_size)
+        ids = tf.where(known, ids, tf.constant(UNK_ID, tf.int64))
+        return ids.with_flat_values(self._id_to_string(ids.flat_values))
+
+    def _id_to_string(self, ids):
+        return sentencepiece_ops.sentencepiece_id_to_string_op(
+            self._model.resource_handle, tf.cast(ids, tf.int32)
+        )
+
+    @tf.function(input_signature=[])
+    def get_vocab_size(self):
+        """The number of ids as a scalar tensor (callable on a loaded SavedModel)."""
+        return tf.constant(self._vocab_size)
+
+    def get_vocab(self) -> list[str]:
+        """Every piece, in id order (byte pieces read "<0x41>")."""
+        pieces = self._id_to_string(tf.range(self._vocab_size))
+        return [piece.decode("utf-8") for piece in pieces.numpy()]
+
+    def save_model(self, path: str | os.PathLike) -> str:
+        """Writes the model proto to `path` (atomically) and returns the path."""
+        return write_sentencepiece_model(self._model_proto, path)
+
+
+class _SentencepieceModel(tf.saved_model.experimental.TrackableResource):
+    """A SentencePiece model proto as a TensorFlow resource, kept in a SavedModel.
+
+    tensorflow-text's `SentencepieceTokenizer` creates its resource without a
+    name, which makes it belong to the eager kernel that created it; every
+    `tf.random.set_seed` (and so `keras.utils.set_random_seed`) clears the
+    kernel cache and deletes it, and the tokenizer then fails with "Resource
+    localhost/_0_SentencepieceOp/... does not exist" (tensorflow/text#570).
+    A `shared_name` puts the resource in the resource manager instead, where it
+    lives on; the name is the model's hash, so only identical models share one.
+    For the same reason it is never destroyed (another tokenizer may share it):
+    each distinct model stays in memory, a few hundred kB, until the process ends.
+    """
+
+    def __init__(self, model_proto: bytes):
+        super().__init__()
+        self._model_proto = model_proto
+        digest = hashlib.sha256(model_proto).hexdigest()[:32]
+        self._shared_name = f"keras_transformer_sentencepiece_{digest}"
+        _ = self.resource_handle  # creates the resource, so a bad proto fails here
+
+    def _create_resource(self):
+        return sentencepiece_ops.sentencepiece_op(
+            model=self._model_proto, shared_name=self._shared_name
+        )
