@@ -1,137 +1,238 @@
-"""Quality runs: train on a real corpus within a time budget, export, score BLEU/chrF.
+"""Quality runs: train within a time budget, choose on validation, export, score the export.
 
-    python benchmarks/quality.py multi30k            # en->de, Multi30k tok/, beam 5
-    python benchmarks/quality.py ted                 # pt->en, TED talks, beam 4
+    python benchmarks/quality.py multi30k --minutes 60     # en->de, raw cased Multi30k
+    python benchmarks/quality.py ted --minutes 60          # pt->en, TED as released
+    python benchmarks/quality.py ted --preset tutorial     # the tutorial's settings
+    python benchmarks/quality.py --src train.fr --tgt train.en --val-src dev.fr \\
+        --val-tgt dev.en --test-src test.fr --test-ref test.en --run-dir runs/fr_en
 
-Each run trains with `keras_transformer.training.train` (resumable: run it again to
-continue), exports the best checkpoint in TF Serving layout, and scores the *exported*
-SavedModel on the test set with sacrebleu (tokenize="none": these corpora are already
-lowercased and tokenized). Results go to RUN_DIR/quality.json and are printed as a row of
-the README's quality table.
+A run
+1. trains with `keras_transformer.training.train` under `--preset` (default small; every
+   training flag overrides it) for `--minutes` of training (resumable: run it again);
+2. chooses on the *validation* set only: the best checkpoint (by validation loss) or the
+   average of the last epochs' checkpoints (greedy BLEU), then the beam's length penalty;
+3. exports the choice in TF Serving layout and scores the *exported SavedModel* on the test
+   set, greedy and beam, with sacrebleu: BLEU and chrF on the raw reference (`--tokenize`,
+   "13a" by default, "none" for pre-tokenized corpora such as TED as released) and, given
+   `--test-ref-moses`, BLEU of the output put into Moses form (lowercased, punctuation-
+   normalized, tokenized by sacremoses; `evaluation.moses_form`) against that reference.
+Results go to RUN_DIR/quality.json and are printed as a row of the README's quality table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
+from keras_transformer import evaluation, export
+from keras_transformer import run_dir as run_dir_lib
+from keras_transformer.cli import settings
+from keras_transformer.translator import Translator
+
 ROOT = Path(__file__).resolve().parent.parent
 
-# Model sizes: Multi30k follows the published reference point (fairseq "transformer_tiny":
-# 4+4 layers, d_model 128, FFN 256, 4 heads); TED is the TensorFlow tutorial's setup exactly
-# (no label smoothing), so its accuracy compares with the tutorial's 0.636 after 30 epochs.
+CORPORA = ROOT.parent / "shared" / "corpora"
+
+# Built-in setups: data paths (relative to --corpora), languages and scoring.
 SETUPS = {
     "multi30k": {
-        "files": ("multi30k/tok/train.lc.norm.tok.en", "multi30k/tok/train.lc.norm.tok.de"),
-        "val": ("multi30k/tok/val.lc.norm.tok.en", "multi30k/tok/val.lc.norm.tok.de"),
-        "test": (
-            "multi30k/tok/test_2016_flickr.lc.norm.tok.en",
-            "multi30k/tok/test_2016_flickr.lc.norm.tok.de",
-        ),
-        "beam": 5,
-        "training": {
-            "num_layers": 4,
-            "d_model": 128,
-            "num_heads": 4,
-            "dff": 256,
-            "dropout_rate": 0.1,
-            "label_smoothing": 0.1,
-            "tie_embeddings": True,
-            "vocab_size": 8000,
-            "max_tokens": 64,
-            "batch_size": 128,
-            "warmup_steps": 2000,
-            "epochs": 200,
-        },
+        "src": "multi30k/train.en",
+        "tgt": "multi30k/train.de",
+        "val_src": "multi30k/val.en",
+        "val_tgt": "multi30k/val.de",
+        "test_src": "multi30k/test_2016_flickr.en",
+        "test_ref": "multi30k/test_2016_flickr.de",
+        "test_ref_moses": "multi30k/tok/test_2016_flickr.lc.norm.tok.de",
+        "target_lang": "de",
+        "tokenize": "13a",
     },
     "ted": {
-        "files": ("ted_pt_en/train.pt", "ted_pt_en/train.en"),
-        "val": ("ted_pt_en/dev.pt", "ted_pt_en/dev.en"),
-        "test": ("ted_pt_en/test.pt", "ted_pt_en/test.en"),
-        "beam": 4,
-        "training": {
-            "num_layers": 4,
-            "d_model": 128,
-            "num_heads": 8,
-            "dff": 512,
-            "dropout_rate": 0.1,
-            "label_smoothing": 0.0,
-            "vocab_size": 8000,
-            "max_tokens": 128,
-            "batch_size": 64,
-            "warmup_steps": 4000,
-            "epochs": 200,
-        },
+        "src": "ted_pt_en/train.pt",
+        "tgt": "ted_pt_en/train.en",
+        "val_src": "ted_pt_en/dev.pt",
+        "val_tgt": "ted_pt_en/dev.en",
+        "test_src": "ted_pt_en/test.pt",
+        "test_ref": "ted_pt_en/test.en",
+        "target_lang": "en",
+        "tokenize": "none",  # released lowercased and tokenized
     },
 }
+PATH_KEYS = ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref", "test_ref_moses")
+LENGTH_PENALTIES = (0.6, 1.0, 1.4)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", choices=sorted(SETUPS))
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("setup", nargs="?", choices=sorted(SETUPS), help="a built-in corpus")
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")
-    parser.add_argument("--corpora", default=str(ROOT.parent / "shared" / "corpora"))
-    parser.add_argument("--run-dir", default=None, help="default: runs/quality_<corpus>")
+    parser.add_argument("--corpora", default=str(CORPORA), help="root of the built-in setups")
+    parser.add_argument("--run-dir", default=None, help="default: runs/quality_<name>")
+    parser.add_argument("--name", default=None, help="run and export name (default: the setup)")
     parser.add_argument("--export-root", default=str(ROOT / "saved_models"))
-    parser.add_argument("--beam", type=int, default=None, help="beam width for scoring")
+    parser.add_argument("--test-src", help="test sources (overrides the setup's)")
+    parser.add_argument("--test-ref", help="test references, raw or as --tokenize expects")
+    parser.add_argument("--test-ref-moses", help="test references in Moses form (optional)")
+    parser.add_argument("--target-lang", help="target language code, for the Moses form")
+    parser.add_argument(
+        "--tokenize",
+        help='sacrebleu tokenizer: "13a" (raw text, default) or "none" (pre-tokenized text)',
+    )
+    parser.add_argument("--beam", type=int, default=5, help="beam width (default: 5)")
     parser.add_argument("--eval-only", action="store_true", help="skip training")
-    args = parser.parse_args()
+    settings.add_config_flags(parser)
+    args = parser.parse_args(argv)
+    setup = SETUPS.get(args.setup, {})
+    for key in PATH_KEYS:  # a flag beats the setup; the setup's paths are under --corpora
+        if getattr(args, key, None) is None and key in setup:
+            setattr(args, key, str(Path(args.corpora) / setup[key]))
+    args.target_lang = args.target_lang or setup.get("target_lang")
+    args.tokenize = args.tokenize or setup.get("tokenize", evaluation.DEFAULT_TOKENIZE)
+    args.preset = args.preset or "small"
+    args.name = args.name or args.setup or "custom"
+    missing = [
+        k
+        for k in ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref")
+        if not getattr(args, k)
+    ]
+    if missing:
+        parser.error("give a setup or --" + ", --".join(k.replace("_", "-") for k in missing))
+    if args.test_ref_moses and not args.target_lang:
+        parser.error("--test-ref-moses needs --target-lang")
+    return args
 
-    from keras_transformer import evaluation, export, training
-    from keras_transformer import run_dir as run_dir_lib
-    from keras_transformer.run_dir import load_model
 
-    setup = SETUPS[args.corpus]
-    corpora = Path(args.corpora)
-    run_dir = Path(args.run_dir or ROOT / "runs" / f"quality_{args.corpus}")
-    config = dict(
-        setup["training"],
-        corpus="files",
-        src=str(corpora / setup["files"][0]),
-        tgt=str(corpora / setup["files"][1]),
-        val_src=str(corpora / setup["val"][0]),
-        val_tgt=str(corpora / setup["val"][1]),
-        time_budget_minutes=args.minutes,
-    )
-    started = time.time()
-    if not args.eval_only:
-        training.train(config, run_dir, verbose=2)
-    train_seconds = sum(e.get("epoch_seconds", 0.0) for e in run_dir_lib.read_history(run_dir))
-    print(
-        f"training: {train_seconds / 60:.1f} min over {len(run_dir_lib.read_history(run_dir))} "
-        f"epochs (this call: {(time.time() - started) / 60:.1f} min)"
-    )
+def in_memory_translate(translator: Translator, beam: int | None):
+    def translate(batch):
+        method = "greedy" if beam is None else "beam"
+        out = translator(batch, method=method, beam_width=beam)["translation"]
+        return [text.decode("utf-8") for text in out.numpy()]
 
-    export_dir = export.export_run(run_dir, args.export_root, name=f"quality_{args.corpus}")
-    beam = args.beam or setup["beam"]
-    test_src, test_ref = (corpora / p for p in setup["test"])
-    results = {}
-    for label, width in (("greedy", None), (f"beam{beam}", beam)):
+    return translate
+
+
+def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
+    """Checkpoint (best or averaged) by greedy validation BLEU, then the length penalty by
+    beam validation BLEU. Only the validation set is read here."""
+    sources = evaluation.read_lines(args.val_src)
+    references = evaluation.read_lines(args.val_tgt)
+    tokenize = args.tokenize
+
+    def bleu(translator, beam=None):
         result = evaluation.evaluate(
-            export_dir,
-            test_src,
-            test_ref,
-            tokenize="none",
+            in_memory_translate(translator, beam),
+            sources,
+            references,
+            tokenize=tokenize,
+            progress=False,
+        )
+        return result["bleu"]
+
+    source_tokenizer, target_tokenizer = run_dir_lib.load_tokenizers(run_dir)
+    keep = config.get("keep_epoch_checkpoints", 0)
+    candidates = {"best": None}
+    if keep >= 2 and len(run_dir_lib.epoch_checkpoints(run_dir)) >= keep:
+        candidates[f"average_last_{keep}"] = keep
+    greedy = {}
+    for label, average_last in candidates.items():
+        model = run_dir_lib.load_model(run_dir, average_last=average_last)
+        greedy[label] = bleu(Translator(model, source_tokenizer, target_tokenizer))
+        print(f"validation greedy BLEU, {label}: {greedy[label]:.2f}", flush=True)
+    checkpoint = max(greedy, key=greedy.get)
+    model = run_dir_lib.load_model(run_dir, average_last=candidates[checkpoint])
+    beam = {}
+    for alpha in LENGTH_PENALTIES:
+        translator = Translator(
+            model, source_tokenizer, target_tokenizer, length_penalty_alpha=alpha
+        )
+        beam[alpha] = bleu(translator, args.beam)
+        print(f"validation beam{args.beam} BLEU, length penalty {alpha}: {beam[alpha]:.2f}")
+    alpha = max(beam, key=beam.get)
+    return {
+        "checkpoint": checkpoint,
+        "average_last": candidates[checkpoint],
+        "length_penalty_alpha": alpha,
+        "validation_bleu_greedy": greedy,
+        "validation_bleu_beam": {str(k): v for k, v in beam.items()},
+    }
+
+
+def score_export(args, export_dir: Path, run_dir: Path) -> dict:
+    sources = evaluation.read_lines(args.test_src)
+    references = evaluation.read_lines(args.test_ref)
+    moses_refs = evaluation.read_lines(args.test_ref_moses) if args.test_ref_moses else None
+    scores = {}
+    for label, width in (("greedy", None), (f"beam{args.beam}", args.beam)):
+        result = evaluation.evaluate(
+            str(export_dir),
+            sources,
+            references,
+            tokenize=args.tokenize,
             beam_width=width,
             output_dir=run_dir / f"test_{label}",
         )
-        print(f"{label}: {evaluation.summary_line(result)}")
-        results[label] = result
+        print(f"test {label}: {evaluation.summary_line(result)}", flush=True)
+        row = {key: result[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")}
+        if moses_refs is not None:
+            hypotheses = evaluation.read_lines(result["translations_file"])
+            moses = evaluation.score(
+                evaluation.moses_form(hypotheses, args.target_lang), moses_refs, tokenize="none"
+            )
+            print(f"test {label}, Moses form: {evaluation.summary_line(moses)}", flush=True)
+            row["moses_bleu"] = moses["bleu"]
+            row["moses_bleu_signature"] = moses["bleu_signature"]
+        scores[label] = row
+    return scores
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    run_dir = Path(args.run_dir or ROOT / "runs" / f"quality_{args.name}")
+    config = settings.config_from_args(args, base={"time_budget_minutes": args.minutes})
+    started = time.time()
+    if not args.eval_only:
+        from keras_transformer.training import train
+
+        train(config, run_dir, verbose=2)
     history = run_dir_lib.read_history(run_dir)
+    run_config = run_dir_lib.read_config(run_dir)
+    train_seconds = sum(e.get("train_seconds", e.get("epoch_seconds", 0.0)) for e in history)
+    tokens = sum(e.get("target_tokens", 0.0) for e in history)
+    print(f"training: {train_seconds / 60:.1f} min, {len(history)} epochs", flush=True)
+
+    choice = choose_on_validation(args, run_dir, run_config.get("training", run_config))
+    model, source_tokenizer, target_tokenizer, _ = run_dir_lib.load_run(
+        run_dir, average_last=choice["average_last"]
+    )
+    export_dir = export.export_translator(
+        model,
+        args.export_root,
+        f"quality_{args.name}",
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        beam_width=args.beam,
+        length_penalty_alpha=choice["length_penalty_alpha"],
+    )
+    scores = score_export(args, export_dir, run_dir)
     summary = {
-        "corpus": args.corpus,
-        "parameters": int(load_model(run_dir).count_params()),
-        "model": {k: setup["training"][k] for k in ("num_layers", "d_model", "num_heads", "dff")},
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "preset": args.preset,
+        "parameters": int(model.count_params()),
         "epochs": len(history),
         "training_minutes": round(train_seconds / 60, 1),
+        "target_tokens_per_second": round(tokens / train_seconds) if train_seconds else None,
         "best_val_masked_accuracy": max(e.get("val_masked_accuracy", 0) for e in history),
+        "validation_choice": choice,
         "export": str(export_dir),
-        "scores": {k: {"bleu": v["bleu"], "chrf": v["chrf"]} for k, v in results.items()},
-        "bleu_signature": results[f"beam{beam}"]["bleu_signature"],
+        "test": scores,
+        "minutes_this_call": round((time.time() - started) / 60, 1),
     }
-    (run_dir / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
+    run_dir_lib.write_json_atomically(run_dir / "quality.json", summary, indent=2)
     print(json.dumps(summary, indent=2))
 
 

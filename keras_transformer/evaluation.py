@@ -2,7 +2,9 @@
 
 Pre-tokenized, lowercased corpora (TED pt-en as released, Multi30k tok/) must be
 scored with `tokenize="none"`: re-tokenizing already tokenized text inflates
-BLEU. Raw text uses sacrebleu's default ("13a").
+BLEU. Raw text uses sacrebleu's default ("13a"). To compare raw output with a
+reference that was lowercased and Moses-tokenized (Multi30k tok/), put the output
+into the same form with `moses_form` and score with `tokenize="none"`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tqdm.auto import tqdm
 
 from keras_transformer.export import load_translator, translate_texts
@@ -49,6 +52,21 @@ def score(
         "bleu_detail": str(bleu_score),
         "sentences": len(hypotheses),
     }
+
+
+def moses_form(lines: Sequence[str], lang: str, lowercase: bool = True) -> list[str]:
+    """`lines` as the Moses pipeline of published corpora writes them: lowercased (by
+    default), punctuation-normalized and tokenized with sacremoses for language `lang`,
+    quotes and apostrophes escaped (`&quot;`, `&apos;`). Scoring such lines needs
+    `tokenize="none"`."""
+    normalizer = MosesPunctNormalizer(lang=lang)
+    tokenizer = MosesTokenizer(lang=lang)
+    return [
+        tokenizer.tokenize(
+            normalizer.normalize(line.lower() if lowercase else line), return_str=True, escape=True
+        )
+        for line in lines
+    ]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -93,3 +93,14 @@ def test_scores_an_exported_saved_model(tiny_translation_model, tmp_path):
         export_dir.parent, sources, ["3 1 4", "1 5 9 2"], beam_width=2, progress=False
     )
     assert beam["sentences"] == 2
+
+
+def test_moses_form_matches_the_published_tokenized_references():
+    # Lines as Multi30k's raw and tok/ files hold them: lowercased, punctuation
+    # normalized, tokenized, quotes and apostrophes escaped.
+    raw = ['Ein Mann im blau-grünen Hemd sagt: "Das ist\u2019s!"', "A dog's ball, 2.5 m away."]
+    assert evaluation.moses_form(raw[:1], "de") == [
+        "ein mann im blau-grünen hemd sagt : &quot; das ist &apos; s ! &quot;"
+    ]
+    assert evaluation.moses_form(raw[1:], "en") == ["a dog &apos;s ball , 2.5 m away ."]
+    assert evaluation.moses_form(["Ein Hund."], "de", lowercase=False) == ["Ein Hund ."]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from keras_transformer import presets
 from keras_transformer.cli.common import _bool, _optional
 from keras_transformer.config import CHOICES, SETTING_HELP, TrainConfig, read_config_file
 from keras_transformer.layers.options import BLOCK_OPTION_HELP
@@ -57,6 +58,14 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = No
         "the flags below override; unset: the defaults and flags alone",
     )
     parser.add_argument(
+        "--preset",
+        choices=sorted(presets.PRESETS),
+        help="start from a named set of settings, which --config and the flags below "
+        "override: small (a joint cased SentencePiece vocabulary, shared embeddings and a "
+        "recipe for small corpora) or tutorial (the TensorFlow tutorial's settings); unset: "
+        "the defaults",
+    )
+    parser.add_argument(
         "--fit-verbose",
         type=_fit_verbosity,
         choices=("auto", 0, 1, 2),
@@ -89,9 +98,11 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = No
 
 
 def config_from_args(args: argparse.Namespace, base: dict | None = None):
-    """Defaults < `base` < --config file < flags given on the command line."""
+    """Defaults < `base` < --preset < --config file < flags given on the command line."""
 
     values = dict(base or {})
+    if getattr(args, "preset", None):
+        values.update(presets.settings(args.preset))
     if args.config:
         values.update(read_config_file(args.config))
     flags = {

@@ -1,0 +1,73 @@
+"""Named sets of training settings: a starting point that flags and config files override.
+
+    keras-transformer train --preset small --src train.en --tgt train.de ...
+    TrainConfig.from_dict({**presets.settings("small"), "src": ..., "tgt": ...})
+
+A preset holds only settings that define the recipe (model, tokenizer, optimisation),
+never the data, so one preset serves any corpus of its kind.
+"""
+
+from __future__ import annotations
+
+PRESETS = {
+    # The TensorFlow tutorial "Neural machine translation with a Transformer and Keras":
+    # lowercased WordPiece vocabularies of about 8k per language, 4 layers, d_model 128,
+    # 8 heads, dff 512, dropout 0.1, no label smoothing, the paper's learning-rate schedule
+    # with 4,000 warmup steps, batches of 64 pairs, 128 tokens, 20 epochs.
+    "tutorial": {
+        "tokenizer": "wordpiece",
+        "lower_case": True,
+        "shared_vocab": False,
+        "vocab_size": 8000,
+        "num_layers": 4,
+        "d_model": 128,
+        "num_heads": 8,
+        "dff": 512,
+        "dropout_rate": 0.1,
+        "attention_dropout": 0.0,
+        "label_smoothing": 0.0,
+        "share_embeddings": False,
+        "tie_embeddings": False,
+        "learning_rate": None,
+        "warmup_steps": 4000,
+        "batch_size": 64,
+        "max_tokens": 128,
+        "epochs": 20,
+    },
+    # Small corpora (tens to a few hundred thousand pairs) on a CPU budget of about an
+    # hour: fairseq's transformer_tiny sizes (4+4 layers, d_model 128, dff 256, 4 heads)
+    # with one joint cased SentencePiece vocabulary whose embedding serves the source, the
+    # target and the output projection (a third of the parameters of separate ones, and
+    # rare words share what they learn on both sides), label smoothing 0.1, and a higher
+    # peak learning rate than the paper's schedule gives d_model 128, so that the short
+    # budget is not spent warming up. The last 5 epochs are kept for checkpoint averaging.
+    "small": {
+        "tokenizer": "sentencepiece",
+        "subword_model": "unigram",
+        "lower_case": False,
+        "shared_vocab": True,
+        "vocab_size": 8000,
+        "num_layers": 4,
+        "d_model": 128,
+        "num_heads": 4,
+        "dff": 256,
+        "dropout_rate": 0.2,
+        "attention_dropout": 0.1,
+        "label_smoothing": 0.1,
+        "share_embeddings": True,
+        "tie_embeddings": True,
+        "learning_rate": 3e-3,
+        "warmup_steps": 1000,
+        "batch_size": 128,
+        "max_tokens": 128,
+        "epochs": 150,
+        "keep_epoch_checkpoints": 5,
+    },
+}
+
+
+def settings(name: str) -> dict:
+    """The settings of preset `name` (a copy, to change freely)."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Known presets: {sorted(PRESETS)}.")
+    return dict(PRESETS[name])
