@@ -103,6 +103,7 @@ def evaluate(
     output_dir: str | os.PathLike | None = None,
     beam_width: int | None = None,
     progress: bool = True,
+    moses_lang: str | None = None,
 ) -> dict:
     """Translates `sources` and scores the result against `references`.
 
@@ -114,6 +115,10 @@ def evaluate(
         output_dir: if given, writes translations.txt and scores.json there.
         beam_width: beam search of this width when `translate` is a path;
             greedy search when None.
+        moses_lang: score the translations in Moses form for this language
+            (`moses_form`: lowercased, punctuation-normalized, tokenized), for
+            references made that way; needs `tokenize="none"`. translations.txt
+            keeps them as the model wrote them.
 
     Returns:
         the dict of `score`, plus where the outputs were written.
@@ -129,6 +134,11 @@ def evaluate(
         )
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive. Received: batch_size={batch_size}")
+    if moses_lang and tokenize != "none":
+        raise ValueError(
+            f"Translations in Moses form are tokenized already: score them with "
+            f'tokenize="none". Received: tokenize={tokenize!r}'
+        )
     if not callable(translate):
         translate = saved_model_translate_fn(translate, beam_width)
 
@@ -138,7 +148,8 @@ def evaluate(
             batch = list(sources[start : start + batch_size])
             hypotheses.extend(translate(batch))
             bar.update(len(batch))
-    result = score(hypotheses, references, tokenize=tokenize, lowercase=lowercase)
+    scored = moses_form(hypotheses, moses_lang) if moses_lang else hypotheses
+    result = score(scored, references, tokenize=tokenize, lowercase=lowercase)
     if output_dir is not None:
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -104,3 +104,23 @@ def test_moses_form_matches_the_published_tokenized_references():
     ]
     assert evaluation.moses_form(raw[1:], "en") == ["a dog &apos;s ball , 2.5 m away ."]
     assert evaluation.moses_form(["Ein Hund."], "de", lowercase=False) == ["Ein Hund ."]
+
+
+def test_evaluate_scores_cased_output_against_moses_form_references(tmp_path):
+    references = ["ein hund , der &quot; hallo &quot; sagt .", "zwei männer ."]
+    output = ['Ein Hund, der "Hallo" sagt.', "Zwei Männer."]
+    result = evaluation.evaluate(
+        lambda batch: output[: len(batch)] if batch[0] == "a" else output[1:],
+        ["a", "b"],
+        references,
+        tokenize="none",
+        moses_lang="de",
+        batch_size=2,
+        output_dir=tmp_path,
+        progress=False,
+    )
+    assert result["bleu"] == 100.0
+    # The translations file keeps what the model wrote.
+    assert (tmp_path / "translations.txt").read_text(encoding="utf-8").splitlines() == output
+    with pytest.raises(ValueError, match='tokenize="none"'):
+        evaluation.evaluate(lambda b: b, ["x"], ["x"], moses_lang="de", progress=False)

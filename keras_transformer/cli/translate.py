@@ -169,18 +169,26 @@ def add_evaluate_parser(subparsers) -> None:
         description="Translate --src with the SavedModel and score it against --ref "
         "(line-aligned files) with sacrebleu. Writes translations.txt and scores.json to "
         "--output-dir and prints one summary line and the scores as JSON. Pre-tokenized "
-        "corpora (TED pt-en, Multi30k tok/) need --tokenize none.",
+        "references (TED pt-en, Multi30k tok/) need --tokenize none, and lowercased "
+        "Moses-tokenized ones (Multi30k tok/) --moses LANG for cased output.",
     )
     parser.add_argument("--model", required=True, help=MODEL_HELP)
     parser.add_argument("--src", required=True, help="source sentences, one a line")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned")
     parser.add_argument(
         "--tokenize",
-        default=DEFAULT_TOKENIZE,
+        default=None,
         choices=tokenizers,
-        help="sacrebleu BLEU tokenizer; 'none' for pre-tokenized text (default: %(default)s)",
+        help="sacrebleu BLEU tokenizer; 'none' for pre-tokenized text (default: "
+        f"{DEFAULT_TOKENIZE}, or none with --moses)",
     )
     parser.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
+    parser.add_argument(
+        "--moses",
+        metavar="LANG",
+        help="score the translations lowercased, punctuation-normalized and Moses-tokenized "
+        "for language LANG (sacremoses), as the references of Multi30k tok/ were made",
+    )
     parser.add_argument("--beam", type=int, default=None, metavar="N", help=BEAM_HELP)
     parser.add_argument(
         "--batch-size",
@@ -216,11 +224,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     require_positive(args, "beam", "batch_size")
     output_dir = args.output_dir or str(Path("evaluations") / _model_name(args.model))
+    tokenize = args.tokenize or ("none" if args.moses else DEFAULT_TOKENIZE)
     result = evaluate(
         args.model,
         args.src,
         args.ref,
-        tokenize=args.tokenize,
+        tokenize=tokenize,
+        moses_lang=args.moses,
         lowercase=args.lowercase,
         batch_size=args.batch_size,
         output_dir=output_dir,
@@ -232,6 +242,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         src=str(args.src),
         ref=str(args.ref),
         search=f"beam {args.beam}" if args.beam else "greedy",
+        moses=args.moses,
     )
     text = json.dumps(result, indent=2)
     if args.json_out == "-":
