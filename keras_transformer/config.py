@@ -184,6 +184,11 @@ class _RunSettings:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive. Received: {name}={getattr(self, name)}")
         self._validate_tokenizer_settings()
+        if self.share_embeddings and not self.shared_vocab:
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary for source and target: set "
+                "shared_vocab=True too (--shared-vocab true)."
+            )
 
     def _validate_tokenizer_settings(self) -> None:
         if self.normalization_form is not None:

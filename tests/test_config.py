@@ -33,3 +33,9 @@ def test_settings_of_the_wrong_type_are_refused(values, message):
 def test_ints_serve_for_floats_and_none_where_allowed():
     config = TrainConfig.from_dict({"dropout_rate": 0, "learning_rate": 1, "batch_tokens": None})
     assert config.dropout_rate == 0 and config.learning_rate == 1 and config.batch_tokens is None
+
+
+def test_shared_embeddings_need_the_shared_vocabulary():
+    with pytest.raises(ValueError, match="share_embeddings=True needs.*shared_vocab=True"):
+        TrainConfig(share_embeddings=True).validate()
+    TrainConfig(share_embeddings=True, shared_vocab=True).validate()
