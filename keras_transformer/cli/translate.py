@@ -187,7 +187,8 @@ def add_evaluate_parser(subparsers) -> None:
         "--moses",
         metavar="LANG",
         help="score the translations lowercased, punctuation-normalized and Moses-tokenized "
-        "for language LANG (sacremoses), as the references of Multi30k tok/ were made",
+        "for language LANG (sacremoses), as the references of Multi30k tok/ were made "
+        "(unset: scored as written)",
     )
     parser.add_argument("--beam", type=int, default=None, metavar="N", help=BEAM_HELP)
     parser.add_argument(
