@@ -43,9 +43,11 @@ def demo_corpus(
 ) -> list[Pair]:
     """`num_pairs` distinct numbers below one million written out in two languages.
 
-    For example ("one hundred and one thousand and one", "cento e um mil e um").
-    The number of digits is drawn uniformly from 1 to 6, so short and long
-    numbers are equally common. The same arguments always give the same list.
+    Each is a sentence, capitalized and ending in a full stop, so that the demo
+    shows cased, punctuated output: ("One hundred and one thousand and one.",
+    "Cento e um mil e um."). The number of digits is drawn uniformly from 1 to
+    6, so short and long numbers are equally common. The same arguments always
+    give the same list.
 
     Args:
         num_pairs: how many pairs (at most 1,000,000).
@@ -63,7 +65,14 @@ def demo_corpus(
         if n not in seen:
             seen.add(n)
             numbers.append(n)
-    return [(num2words(n, lang=source_lang), num2words(n, lang=target_lang)) for n in numbers]
+    return [
+        (_as_sentence(num2words(n, lang=source_lang)), _as_sentence(num2words(n, lang=target_lang)))
+        for n in numbers
+    ]
+
+
+def _as_sentence(words: str) -> str:
+    return words[:1].upper() + words[1:] + "."
 
 
 # ----------------------------------------------------------------------------- text files

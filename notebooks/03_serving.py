@@ -100,10 +100,10 @@ for function in loaded.signatures.values():
 
 # %%
 texts = [
-    b"two thousand and twenty-six",
+    b"Two thousand and twenty-six.",
     b"",
-    b"one \xff\xfe two",  # not UTF-8
-    b"seven hundred and three",
+    b"One \xff\xfe two.",  # not UTF-8
+    b"Seven hundred and three.",
 ]
 outputs = {}
 for name in ("serving_default", "beam_search"):

@@ -67,7 +67,7 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
         "subword_model": "unigram",
         "vocab_size": 500,
     }
-    outputs = Translator(model, source, target, max_length=10)(["one", "twenty-two"])
+    outputs = Translator(model, source, target, max_length=10)(["One.", "Twenty-two."])
     assert len(outputs["translation"]) == 2
     # A different model in the same run directory is refused, not mixed in.
     with pytest.raises(ValueError, match="different model"):
