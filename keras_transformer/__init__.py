@@ -1,4 +1,8 @@
-"""keras_transformer: the encoder-decoder Transformer as Keras 3 layers on TensorFlow."""
+"""keras_transformer: the encoder-decoder Transformer as Keras 3 layers on TensorFlow.
+
+The TensorFlow tutorial's code runs against `keras_transformer.tutorial`,
+which holds its names with its signatures (see there).
+"""
 
 from keras_transformer.config import TrainConfig
 from keras_transformer.layers import (
@@ -20,6 +24,7 @@ from keras_transformer.metrics import MaskedAccuracy, masked_accuracy
 from keras_transformer.model import Transformer
 from keras_transformer.schedules import CustomSchedule, WarmupSchedule, make_optimizer
 from keras_transformer.training import train
+from keras_transformer.translator import Translator
 
 __version__ = "0.1.0"
 
@@ -40,6 +45,7 @@ __all__ = [
     "PositionalEmbedding",
     "TrainConfig",
     "Transformer",
+    "Translator",
     "WarmupSchedule",
     "make_optimizer",
     "masked_accuracy",

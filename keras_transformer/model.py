@@ -97,8 +97,14 @@ class Transformer(BlockOptionsMixin, keras.Model):
     ):
         block_options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
-        validation.check_positive("input_vocab_size", input_vocab_size)
-        validation.check_positive("target_vocab_size", target_vocab_size)
+        # Python ints whatever integer type the sizes come in (the tutorial's
+        # come from `get_vocab_size().numpy()`), so that the config is JSON.
+        num_layers = validation.positive_int("num_layers", num_layers)
+        d_model, num_heads = validation.check_heads(d_model, num_heads)
+        dff = validation.positive_int("dff", dff)
+        input_vocab_size = validation.positive_int("input_vocab_size", input_vocab_size)
+        target_vocab_size = validation.positive_int("target_vocab_size", target_vocab_size)
+        max_length = validation.positive_int("max_length", max_length)
         if share_embeddings and input_vocab_size != target_vocab_size:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary for source and target. "
@@ -160,7 +166,12 @@ class Transformer(BlockOptionsMixin, keras.Model):
         else:
             logits = self.final_layer(features)
         # Logits in float32 so that softmax and loss are stable under mixed precision.
-        return tf.cast(logits, tf.float32)
+        logits = tf.cast(logits, tf.float32)
+        # Without the target's Keras mask, which the features carry and the
+        # Dense layer passes on: Keras would weight the loss by it, and the
+        # scalar masked loss then fails (DESIGN.md, known traps).
+        masks.drop_keras_mask(logits)
+        return logits
 
     def call(self, inputs, training=None, return_attention_scores=False):
         _check_pair(inputs, "inputs")

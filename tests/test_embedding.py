@@ -1,10 +1,14 @@
 """PositionalEmbedding and the sinusoidal positional encoding (`layers/embedding.py`)."""
 
+import json
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.layers import masks
 from tests.helpers import VOCAB, D, assert_close, run_layer_battery, token_ids
 
 # -- positional encoding -------------------------------------------------------
@@ -98,3 +102,26 @@ def test_positional_embedding_rejects_overlong_and_malformed_input():
     fn = tf.function(layer, input_signature=[tf.TensorSpec([None, None], tf.int32)])
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_length=4"):
         fn(token_ids(1, 5, VOCAB))
+
+
+def test_positional_embedding_output_carries_the_padding_mask():
+    layer = kt.PositionalEmbedding(VOCAB, D)
+    ids = token_ids(2, 5, VOCAB, pad_tail=2)
+    np.testing.assert_array_equal(masks.keras_mask(layer(ids)), ids != 0)
+    symbolic = layer(keras.Input(shape=(None,), dtype="int32"))
+    assert masks.keras_mask(symbolic) is not None
+
+
+@pytest.mark.parametrize("integer", [np.int32(40), np.int64(40), np.array(40), tf.constant(40)])
+def test_sizes_accept_any_integer_type(integer):
+    # Sizes from tokenizers are numpy ints: `tokenizers.pt.get_vocab_size().numpy()`.
+    layer = kt.PositionalEmbedding(vocab_size=integer, d_model=D)
+    assert layer.get_config()["vocab_size"] == 40
+    json.dumps(layer.get_config())  # stored as a Python int
+    assert kt.positional_encoding(integer, D).shape == (40, D)
+
+
+@pytest.mark.parametrize("value", [40.0, np.float32(40), tf.constant(40.0), True, "40", 0, -3])
+def test_sizes_refuse_floats_booleans_and_non_positive_values(value):
+    with pytest.raises(ValueError, match="vocab_size"):
+        kt.PositionalEmbedding(vocab_size=value, d_model=D)

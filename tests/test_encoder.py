@@ -2,9 +2,11 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.layers import masks
 from tests.helpers import (
     DFF,
     VOCAB,
@@ -93,3 +95,52 @@ def test_layers_compose_into_a_functional_model_with_explicit_masks():
     real = token_ids(2, 5, VOCAB)
     padded = np.concatenate([real, np.zeros((2, 3), "int32")], axis=1)
     assert_close(encoder(padded)[:, :5], encoder(real), atol=1e-5)
+
+
+# -- the tutorial's way: no masks passed, the embedding's Keras mask reaches every layer -----
+
+
+def test_stacked_layers_without_masks_ignore_padding():
+    keras.utils.set_random_seed(4)
+    embedding = kt.PositionalEmbedding(VOCAB, D)
+    blocks = [kt.EncoderLayer(D, H, DFF, dropout_rate=0.0) for _ in range(2)]
+
+    def stack(x):
+        for block in blocks:
+            x = block(x)
+        return x
+
+    ids = token_ids(2, 5, VOCAB)
+    ids[1, 3:] = 0
+    real = ids != 0
+    reference = stack(embedding(ids))
+    # Every block passes the mask on, so the second one masks padding too.
+    np.testing.assert_array_equal(masks.keras_mask(reference), real)
+    assert_close(stack(embedding(ids)), _explicit(blocks, embedding(ids), real))
+    longer = np.asarray(stack(embedding(np.pad(ids, ((0, 0), (0, 3))))))[:, :5]
+    assert_close(longer[real], np.asarray(reference)[real], atol=1e-5)
+    # Without the mask (tf.identity drops it) padding is attended to: the mask does the work.
+    unmasked = np.asarray(stack(tf.identity(embedding(np.pad(ids, ((0, 0), (0, 3)))))))[:, :5]
+    assert not np.allclose(unmasked[real], np.asarray(reference)[real], atol=1e-3)
+
+    # The same in a functional model.
+    inputs = keras.Input(shape=(None,), dtype="int32")
+    model = keras.Model(inputs, stack(embedding(inputs)))
+    assert_close(np.asarray(model(np.pad(ids, ((0, 0), (0, 3)))))[:, :5][real], longer[real])
+
+
+def _explicit(blocks, x, padding_mask):
+    x = tf.identity(x)  # without its Keras mask
+    for block in blocks:
+        x = block(x, padding_mask=padding_mask)
+    return x
+
+
+def test_encoder_takes_the_tutorials_x_and_its_output_carries_the_mask():
+    encoder = kt.Encoder(2, D, H, DFF, VOCAB)
+    ids = token_ids(2, 6, VOCAB, pad_tail=2)
+    output = encoder(x=ids)
+    assert_close(output, encoder(ids), atol=0)
+    np.testing.assert_array_equal(masks.keras_mask(output), ids != 0)
+    with pytest.raises(ValueError, match="once, as `token_ids` or as `x`"):
+        encoder(ids, x=ids)

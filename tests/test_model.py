@@ -1,11 +1,14 @@
 """The full encoder-decoder: mask invariants, saving, mixed precision, errors."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.layers import masks
 from keras_transformer.losses import MaskedLoss
 from keras_transformer.metrics import masked_accuracy
 from keras_transformer.schedules import make_optimizer
@@ -162,3 +165,38 @@ def test_clear_errors_for_bad_arguments_and_inputs():
         model((np.zeros((1, 4), "float32"), token_ids(1, 4, VOCAB)))
     with pytest.raises(ValueError, match="max_length=64"):
         model((token_ids(1, 65, VOCAB), token_ids(1, 4, VOCAB)))
+
+
+def test_sizes_accept_numpy_and_tensor_integers():
+    # The tutorial's sizes come from `tokenizers.pt.get_vocab_size().numpy()`.
+    model = tiny_transformer(
+        num_layers=np.int64(1),
+        d_model=np.int32(32),
+        num_heads=tf.constant(4),
+        dff=np.int64(64),
+        input_vocab_size=np.int32(VOCAB),
+        target_vocab_size=tf.constant(VOCAB, tf.int64),
+        max_length=np.int32(64),
+    )
+    config = {k: v for k, v in model.get_config().items() if k != "name"}
+    reference = tiny_transformer(vocab_size=VOCAB, max_length=64).get_config()
+    assert config == {k: v for k, v in reference.items() if k != "name"}
+    json.dumps(config)
+    with pytest.raises(ValueError, match="input_vocab_size"):
+        tiny_transformer(input_vocab_size=float(VOCAB))
+
+
+def test_encoder_and_decoder_called_without_masks_give_the_models_logits():
+    # The tutorial's Transformer.call: `decoder(x, encoder(context))`, no masks passed;
+    # the encoder's output carries the source mask through every one of three blocks.
+    model = tiny_transformer(num_layers=3, **MODEL)
+    context = token_ids(3, 7, VOCAB, seed=1)
+    context[1, 4:] = 0
+    target = token_ids(3, 6, VOCAB, seed=2)
+    target[2, 3:] = 0
+    logits = model((context, target))
+    for source in (context, pad(context, 5)):
+        features = model.decoder(x=target, context=model.encoder(source))
+        assert_close(model.project(features), logits, atol=1e-5)
+    # Keras would weight the loss by a mask on the logits (see DESIGN.md).
+    assert masks.keras_mask(logits) is None

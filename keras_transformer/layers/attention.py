@@ -6,8 +6,9 @@ residual connection and layer norm): the attention core lives in
 shares, in `residual.py`. What each subclass adds is its choice of keys and
 values and its mask.
 
-All masks are passed explicitly (see `masks.py`); the layers never read or
-produce Keras' implicit `_keras_mask`.
+Masks are passed explicitly by the stacks (see `masks.py`). Called without
+one, as the tutorial calls them, the layers use the Keras mask their inputs
+carry (set by `PositionalEmbedding`), and pass it on to their output.
 """
 
 import keras
@@ -24,21 +25,34 @@ class BaseAttention(keras.layers.Layer):
 
     Post-LN (the paper, default): `y = LayerNorm(x + Dropout(Attention(x)))`.
     Pre-LN (`normalize_first=True`): `y = x + Dropout(Attention(LayerNorm(x)))`.
+    Subclasses choose the keys and values (the input itself, or an encoded
+    context) and the mask.
 
-    Each of the `num_heads` heads works in `d_model // num_heads` dimensions,
-    as in the paper. Subclasses choose the keys and values (the input itself,
-    or an encoded context) and the mask.
+    Two ways to size it:
+    - the paper's, `d_model`: `num_heads` heads of `d_model // num_heads`
+      dimensions each, inputs and output `d_model` wide;
+    - `keras.layers.MultiHeadAttention`'s, which the TensorFlow tutorial
+      uses (`num_heads=2, key_dim=512, dropout=0.1`): `num_heads` heads of
+      `key_dim` dimensions each, the output as wide as the input (known when
+      the layer is built), `dropout` on the attention weights and, as there,
+      no dropout on the output unless `dropout_rate` asks for it.
+    Both `d_model` and `key_dim` may be given when `key_dim` is
+    `d_model // num_heads`.
 
     Masking: masks are boolean with True meaning "may attend", shaped
-    `(batch, queries, keys)` or broadcastable to it. They are computed from
-    token ids by the caller and passed explicitly; there is no implicit Keras
-    mask propagation.
+    `(batch, queries, keys)` or broadcastable to it, computed from token ids
+    by the caller and passed explicitly. Without an explicit mask the layer
+    uses the Keras mask of its inputs (`PositionalEmbedding` sets one, ids
+    != 0), as the tutorial expects; an explicit mask wins. The output carries
+    the Keras mask of `x`.
 
     Args:
-        d_model: int. Size of the input and output features.
+        d_model: int. Size of the input and output features. Defaults to
+            None (then `key_dim` is required).
         num_heads: int. Number of attention heads; must divide `d_model`.
         dropout_rate: float. Dropout on the sublayer output before the
-            residual sum. Defaults to 0.1.
+            residual sum. Defaults to 0.1 with `d_model`, 0.0 with only
+            `key_dim` (keras.layers.MultiHeadAttention has none).
         attention_dropout: float. Dropout on the attention weights.
             Defaults to 0.0.
         layer_norm_epsilon: float. Defaults to 1e-5.
@@ -49,44 +63,46 @@ class BaseAttention(keras.layers.Layer):
             let long queries attend in chunks small enough for the batched
             matmul to use every thread (`query_chunks.py`); same results,
             longer tracing. Defaults to False.
+        key_dim: int. The head size, as in keras.layers.MultiHeadAttention;
+            the width then follows the input. Defaults to None.
+        dropout: float. keras.layers.MultiHeadAttention's name for
+            `attention_dropout`; give one of the two. Defaults to None.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
     """
 
     def __init__(
         self,
-        d_model,
-        num_heads,
-        dropout_rate=0.1,
-        attention_dropout=0.0,
+        d_model=None,
+        num_heads=None,
+        dropout_rate=None,
+        attention_dropout=None,
         layer_norm_epsilon=1e-5,
         normalize_first=False,
         hashed_dropout=False,
         chunk_queries=False,
+        key_dim=None,
+        dropout=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        validation.check_heads(d_model, num_heads)
+        sizes = validation.check_attention_sizes(d_model, num_heads, key_dim)
+        self.d_model, self.num_heads, self.key_dim, self.head_size = sizes
+        if dropout_rate is None:
+            dropout_rate = 0.1 if self.d_model is not None else 0.0
         validation.check_rate("dropout_rate", dropout_rate)
-        validation.check_rate("attention_dropout", attention_dropout)
-        self.d_model = d_model
-        self.num_heads = num_heads
         self.dropout_rate = dropout_rate
-        self.attention_dropout = attention_dropout
+        self.attention_dropout = validation.check_rate_alias(
+            "attention_dropout", attention_dropout, "dropout", dropout, default=0.0
+        )
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
         self.chunk_queries = chunk_queries
-        self.head_size = d_model // num_heads
-        self.mha = MultiHeadAttention(
-            num_heads,
-            self.head_size,
-            d_model,
-            attention_dropout=attention_dropout,
-            hashed_dropout=hashed_dropout,
-            chunk_queries=chunk_queries,
-            dtype=self.dtype_policy,
-            name="mha",
-        )
+        self.supports_masking = True
+        # The feature size of inputs and output: `d_model`, or with only
+        # `key_dim` the input's, known at build (so is the core then).
+        self._width = self.d_model
+        self.mha = None if self._width is None else self._attention_core()
         self.residual = Residual(
             dropout_rate=dropout_rate,
             layer_norm_epsilon=layer_norm_epsilon,
@@ -96,9 +112,31 @@ class BaseAttention(keras.layers.Layer):
             name="residual",
         )
 
+    def _attention_core(self):
+        return MultiHeadAttention(
+            self.num_heads,
+            self.head_size,
+            self._width,
+            attention_dropout=self.attention_dropout,
+            hashed_dropout=self.hashed_dropout,
+            chunk_queries=self.chunk_queries,
+            dtype=self.dtype_policy,
+            name="mha",
+        )
+
     def build(self, input_shape):
+        if self.mha is None:
+            width = input_shape[-1]
+            if width is None:
+                raise ValueError(
+                    f"{type(self).__name__} built from `key_dim` takes its width from the "
+                    "input, whose last dimension must be known. "
+                    f"Received: input_shape={input_shape}"
+                )
+            self._width = int(width)
+            self.mha = self._attention_core()
         self.mha.build()
-        self.residual.build((None, None, self.d_model))
+        self.residual.build((None, None, self._width))
         super().build(input_shape)
 
     def project_key_value(self, x, padding_mask=None):
@@ -116,6 +154,7 @@ class BaseAttention(keras.layers.Layer):
             normalize_first=self.normalize_first,
             hashed_dropout=self.hashed_dropout,
             chunk_queries=self.chunk_queries,
+            key_dim=self.key_dim,
         )
         return config
 
@@ -133,6 +172,7 @@ class GlobalSelfAttention(BaseAttention):
             same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens;
             padded keys are never attended to. Required with packed `x`.
+            Defaults to the Keras mask of `x`.
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return the attention weights
             `(batch, heads, length, length)`.
@@ -141,15 +181,20 @@ class GlobalSelfAttention(BaseAttention):
     >>> layer = GlobalSelfAttention(d_model=8, num_heads=2)
     >>> layer(np.zeros((2, 5, 8)), padding_mask=np.ones((2, 5), bool)).shape
     TensorShape([2, 5, 8])
+    >>> GlobalSelfAttention(num_heads=2, key_dim=16)(np.zeros((2, 5, 8))).shape
+    TensorShape([2, 5, 8])
     """
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
-        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
+        padding_mask = masks.resolve(padding_mask, x)
+        validation.check_maybe_packed("x", x, self._width, padding_mask)
         mask = None if padding_mask is None else masks.key_mask(padding_mask)
         h = self.residual.normalize_input(x)
         key, value = self.mha.project_key_value(h, padding_mask)
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
+        if tf.executing_eagerly():
+            self.last_attn_scores = weights
         return (y, weights) if return_attention_scores else y
 
 
@@ -167,7 +212,7 @@ class CausalSelfAttention(BaseAttention):
             (see `packing.py`; not with a cache); the output has the same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens.
             Required with packed `x`; ignored with a cache (generated
-            prefixes hold no padding).
+            prefixes hold no padding). Defaults to the Keras mask of `x`.
         cache: optional `(key_cache, value_cache)`, each
             `(batch, heads, max_length, head_size)`, from `empty_cache`.
         cache_index: int scalar. Absolute position of `x[:, 0]`; required
@@ -192,7 +237,8 @@ class CausalSelfAttention(BaseAttention):
         training=None,
         return_attention_scores=False,
     ):
-        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
+        padding_mask = masks.resolve(padding_mask, x)
+        validation.check_maybe_packed("x", x, self._width, padding_mask)
         if cache is not None and packing.is_packed(x):
             raise ValueError(
                 "With a key/value cache `x` must be (batch, length, d_model), not packed. "
@@ -225,6 +271,11 @@ class CausalSelfAttention(BaseAttention):
 class CrossAttention(BaseAttention):
     """Attention of decoder positions over the encoded source (the context).
 
+    After an eager call, `last_attn_scores` holds its attention weights
+    `(batch, heads, target_length, source_length)`, where the tutorial reads
+    them for its plots (traced calls leave it alone: their tensors are
+    symbolic).
+
     Call arguments:
         x: tensor `(batch, target_length, d_model)`, the queries, or packed
             `(tokens, d_model)` (see `packing.py`); the output has the same form.
@@ -232,7 +283,8 @@ class CrossAttention(BaseAttention):
             or packed `(source_tokens, d_model)`.
         context_mask: optional bool `(batch, source_length)`, True at real
             source tokens; padded source positions are never attended to.
-            Required with a packed `context`.
+            Required with a packed `context`. Defaults to the Keras mask of
+            `context`.
         context_key_value: optional `(key, value)` from `project_key_value`,
             computed once per source during decoding; `context` is then unused.
         padding_mask: optional bool `(batch, target_length)`, True at real
@@ -241,6 +293,8 @@ class CrossAttention(BaseAttention):
         return_attention_scores: bool. Also return the attention weights
             `(batch, heads, target_length, source_length)`, e.g. for plotting.
     """
+
+    last_attn_scores = None
 
     def call(
         self,
@@ -252,12 +306,13 @@ class CrossAttention(BaseAttention):
         training=None,
         return_attention_scores=False,
     ):
-        validation.check_maybe_packed("x", x, self.d_model, padding_mask)
+        validation.check_maybe_packed("x", x, self._width, padding_mask)
         if context_key_value is None:
             if context is None:
                 raise ValueError("CrossAttention needs `context` or `context_key_value`.")
+            context_mask = masks.resolve(context_mask, context)
             validation.check_maybe_packed(
-                "context", context, self.d_model, context_mask, "context_mask"
+                "context", context, self._width, context_mask, "context_mask"
             )
             context_key_value = self.mha.project_key_value(context, context_mask)
         key, value = context_key_value
@@ -265,4 +320,6 @@ class CrossAttention(BaseAttention):
         h = self.residual.normalize_input(x)
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
+        if tf.executing_eagerly():
+            self.last_attn_scores = weights
         return (y, weights) if return_attention_scores else y

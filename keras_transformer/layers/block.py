@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers import validation
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.options import (
     ATTENTION_OPTIONS,
@@ -27,13 +28,14 @@ class Block(BlockOptionsMixin, keras.layers.Layer):
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
         options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
+        self.d_model, self.num_heads = validation.check_heads(d_model, num_heads)
+        self.dff = validation.positive_int("dff", dff)
         self._set_block_options(options)
+        # One output row per input position: the Keras mask of `x` is the output's too.
+        self.supports_masking = True
         self.ffn = FeedForward(
-            d_model,
-            dff,
+            self.d_model,
+            self.dff,
             dtype=self.dtype_policy,
             name="feed_forward",
             **select(options, FEED_FORWARD_OPTIONS),

@@ -1,7 +1,9 @@
 """Decoder: causal self-attention, cross-attention and feed-forward blocks."""
 
 import keras
+import tensorflow as tf
 
+from keras_transformer.layers import masks
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
 from keras_transformer.layers.block import Block
 from keras_transformer.layers.stack import BlockStack
@@ -10,6 +12,10 @@ from keras_transformer.layers.stack import BlockStack
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(Block):
     """One decoder block: CausalSelfAttention, CrossAttention, FeedForward.
+
+    After an eager call, `last_attn_scores` holds the cross-attention
+    weights `(batch, heads, target_length, source_length)` (the tutorial's
+    inspection point).
 
     Args:
         d_model: int. Feature size.
@@ -27,9 +33,9 @@ class DecoderLayer(Block):
         context: tensor `(batch, source_length, d_model)`, the encoder output,
             or packed `(source_tokens, d_model)`.
         padding_mask: optional bool `(batch, target_length)`; required with
-            packed `x`.
+            packed `x`. Defaults to the Keras mask of `x`.
         context_mask: optional bool `(batch, source_length)`, True at real
-            source tokens.
+            source tokens. Defaults to the Keras mask of `context`.
         cache: optional self-attention `(key_cache, value_cache)`; see
             `CausalSelfAttention`. With it, `cache_index` is required and the
             updated cache is returned after the output.
@@ -41,13 +47,18 @@ class DecoderLayer(Block):
             `(batch, heads, target_length, source_length)`.
     """
 
+    last_attn_scores = None
+
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
         super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
         self.causal_self_attention = CausalSelfAttention(
-            d_model, num_heads, name="causal_self_attention", **self.attention_options()
+            self.d_model,
+            self.num_heads,
+            name="causal_self_attention",
+            **self.attention_options(),
         )
         self.cross_attention = CrossAttention(
-            d_model, num_heads, name="cross_attention", **self.attention_options()
+            self.d_model, self.num_heads, name="cross_attention", **self.attention_options()
         )
 
     def build(self, input_shape):
@@ -68,6 +79,8 @@ class DecoderLayer(Block):
         training=None,
         return_attention_scores=False,
     ):
+        padding_mask = masks.resolve(padding_mask, x)
+        context_mask = masks.resolve(context_mask, context)
         if cache is None:
             x = self.causal_self_attention(x, padding_mask=padding_mask, training=training)
         else:
@@ -84,6 +97,8 @@ class DecoderLayer(Block):
             return_attention_scores=True,
         )
         x = self.ffn(x, training=training)
+        if tf.executing_eagerly():
+            self.last_attn_scores = weights
         results = (x,)
         if cache is not None:
             results += (cache,)
@@ -98,8 +113,13 @@ class Decoder(BlockStack):
 
     Masks: decoder self-attention is causal and ignores target padding; cross
     attention ignores padded source positions when `context_mask` is given
-    (the Transformer model always gives it). With `normalize_first=True` a
-    final layer norm follows the last block.
+    (the Transformer model always gives it) or `context` carries a Keras
+    mask (an `Encoder`'s or a `PositionalEmbedding`'s output does). With
+    `normalize_first=True` a final layer norm follows the last block.
+
+    After an eager call, `last_attn_scores` holds the last layer's
+    cross-attention weights `(batch, heads, target_length, source_length)`,
+    as in the tutorial.
 
     Two ways to run it:
     - `call(token_ids, context, context_mask)`: the whole target at once
@@ -124,13 +144,16 @@ class Decoder(BlockStack):
         token_ids: int tensor `(batch, target_length)`, 0 for padding.
         context: tensor `(batch, source_length, d_model)`, or packed
             `(source_tokens, d_model)` (then `context_mask` is required).
-        context_mask: optional bool `(batch, source_length)`.
+        context_mask: optional bool `(batch, source_length)`. Defaults to
+            the Keras mask of `context`.
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return a list with each layer's
             cross-attention weights `(batch, heads, target_length, source_length)`.
         packed: bool. Run the blocks on the real target tokens only and
             return them packed, `(tokens, d_model)` (see `packing.py`). Not
             under XLA. Defaults to False.
+        x: the tutorial's name for `token_ids` (`decoder(x=ids,
+            context=...)`); give one of the two.
 
     Returns:
         tensor `(batch, target_length, d_model)` or `(tokens, d_model)` (and
@@ -141,16 +164,20 @@ class Decoder(BlockStack):
     block_name = "decoder_layer"
     blocks_attribute = "dec_layers"
 
+    last_attn_scores = None
+
     def call(
         self,
-        token_ids,
-        context,
+        token_ids=None,
+        context=None,
         context_mask=None,
         training=None,
         return_attention_scores=False,
         packed=False,
+        x=None,
     ):
-        x, padding_mask = self._embed(token_ids, training, packed)
+        context_mask = masks.resolve(context_mask, context)
+        x, padding_mask = self._embed(self._ids(token_ids, x), training, packed)
         attention_scores = []
         for layer in self.dec_layers:
             x, weights = layer(
@@ -162,6 +189,8 @@ class Decoder(BlockStack):
                 return_attention_scores=True,
             )
             attention_scores.append(weights)
+        if tf.executing_eagerly():
+            self.last_attn_scores = attention_scores[-1]
         x = self._finish(x)
         return (x, attention_scores) if return_attention_scores else x
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.layers import validation
+from keras_transformer.layers import masks, validation
 
 
 def positional_encoding(length, depth):
@@ -24,8 +24,8 @@ def positional_encoding(length, depth):
     Returns:
         float32 numpy array of shape `(length, depth)`.
     """
-    validation.check_positive("length", length)
-    validation.check_positive("depth", depth)
+    length = validation.positive_int("length", length)
+    depth = validation.positive_int("depth", depth)
     if depth % 2:
         raise ValueError(
             "The sinusoidal encoding pairs a sine with a cosine, so `depth` must be "
@@ -44,8 +44,10 @@ def positional_encoding(length, depth):
 class PositionalEmbedding(keras.layers.Layer):
     """Token embedding scaled by sqrt(d_model) plus the sinusoidal encoding.
 
-    Produces no Keras mask: padding masks are built from token ids by the
-    attention layers that need them.
+    Its output carries a Keras mask, True where the id is not padding (0),
+    which the attention layers and blocks use when called without an
+    explicit mask (the tutorial's way). The stacks build their masks from
+    the ids and pass them explicitly.
 
     Args:
         vocab_size: int. Number of token ids.
@@ -69,9 +71,9 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def __init__(self, vocab_size, d_model, max_length=2048, **kwargs):
         super().__init__(**kwargs)
-        validation.check_positive("vocab_size", vocab_size)
-        validation.check_positive("d_model", d_model)
-        validation.check_positive("max_length", max_length)
+        vocab_size = validation.positive_int("vocab_size", vocab_size)
+        d_model = validation.positive_int("d_model", d_model)
+        max_length = validation.positive_int("max_length", max_length)
         if d_model % 2:
             raise ValueError(
                 f"The sinusoidal encoding needs an even `d_model`. Received: d_model={d_model}"
@@ -110,6 +112,9 @@ class PositionalEmbedding(keras.layers.Layer):
         x = self.embedding(token_ids)
         x = x * tf.cast(math.sqrt(self.d_model), self.compute_dtype)
         return x + encoding[None, :, :]
+
+    def compute_mask(self, token_ids, previous_mask=None):
+        return masks.padding_mask(token_ids)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.d_model,)

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers import masks
 from keras_transformer.layers.attention import GlobalSelfAttention
 from keras_transformer.layers.block import Block
 from keras_transformer.layers.stack import BlockStack
@@ -26,14 +27,14 @@ class EncoderLayer(Block):
         x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
             (see `packing.py`); the output has the same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens;
-            required with packed `x`.
+            required with packed `x`. Defaults to the Keras mask of `x`.
         training: bool. Enables dropout.
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
         super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
         self.self_attention = GlobalSelfAttention(
-            d_model, num_heads, name="self_attention", **self.attention_options()
+            self.d_model, self.num_heads, name="self_attention", **self.attention_options()
         )
 
     def build(self, input_shape):
@@ -42,6 +43,7 @@ class EncoderLayer(Block):
         super().build(input_shape)
 
     def call(self, x, padding_mask=None, training=None):
+        padding_mask = masks.resolve(padding_mask, x)
         x = self.self_attention(x, padding_mask=padding_mask, training=training)
         return self.ffn(x, training=training)
 
@@ -51,8 +53,10 @@ class Encoder(BlockStack):
     """Token ids -> contextual features: embedding, dropout, `num_layers` blocks.
 
     The padding mask is computed here from the token ids (id 0 is padding) and
-    passed explicitly to every block. With `normalize_first=True` a final
-    layer norm follows the last block, as pre-LN stacks need.
+    passed explicitly to every block; the output carries it as its Keras
+    mask, for a `Decoder` called without `context_mask`. With
+    `normalize_first=True` a final layer norm follows the last block, as
+    pre-LN stacks need.
 
     Args:
         num_layers: int. Number of EncoderLayer blocks.
@@ -73,6 +77,7 @@ class Encoder(BlockStack):
             packed, `(tokens, d_model)` (see `packing.py`): the same values
             at real positions without the per-token work on padding. Not
             under XLA (data-dependent shapes). Defaults to False.
+        x: the tutorial's name for `token_ids`; give one of the two.
 
     Returns:
         tensor `(batch, source_length, d_model)`, or `(tokens, d_model)`.
@@ -87,8 +92,8 @@ class Encoder(BlockStack):
     block_name = "encoder_layer"
     blocks_attribute = "enc_layers"
 
-    def call(self, token_ids, training=None, packed=False):
-        x, padding_mask = self._embed(token_ids, training, packed)
+    def call(self, token_ids=None, training=None, packed=False, x=None):
+        x, padding_mask = self._embed(self._ids(token_ids, x), training, packed)
         for layer in self.enc_layers:
             x = layer(x, padding_mask=padding_mask, training=training)
         return self._finish(x)

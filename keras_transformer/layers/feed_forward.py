@@ -46,21 +46,21 @@ class FeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        validation.check_positive("d_model", d_model)
-        validation.check_positive("dff", dff)
+        self.d_model = validation.positive_int("d_model", d_model)
+        self.dff = validation.positive_int("dff", dff)
         validation.check_rate("dropout_rate", dropout_rate)
-        self.d_model = d_model
-        self.dff = dff
         self.dropout_rate = dropout_rate
         self.activation = keras.activations.get(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        # Per token: the Keras mask of `x` passes through to the output.
+        self.supports_masking = True
         self.inner_dense = keras.layers.Dense(
-            dff, activation=self.activation, dtype=self.dtype_policy, name="inner_dense"
+            self.dff, activation=self.activation, dtype=self.dtype_policy, name="inner_dense"
         )
         self.output_dense = keras.layers.Dense(
-            d_model, dtype=self.dtype_policy, name="output_dense"
+            self.d_model, dtype=self.dtype_policy, name="output_dense"
         )
         self.residual = Residual(
             dropout_rate=dropout_rate,

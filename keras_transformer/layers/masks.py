@@ -2,10 +2,15 @@
 
 Every mask here is boolean with True meaning "may attend". They use `keras.ops`,
 so they work on eager tensors, inside `tf.function` and on symbolic Keras inputs
-of a functional model alike. Masks are always built from token ids and passed
-explicitly to attention; Keras' implicit `_keras_mask` propagation is never
-relied on (under Keras 3 it is silently dropped by wrapper layers and cleared
-by attention, see DESIGN.md).
+of a functional model alike.
+
+The stacks build padding masks from token ids and pass them explicitly to
+every attention call. A layer called without one (the tutorial's way:
+`attention(embedded)`) falls back to the Keras mask its input carries, which
+`PositionalEmbedding` sets and every block passes on (`resolve`); an explicit
+mask always wins. The tutorial's own layers lose that mask under Keras 3
+(wrapper layers drop it, `keras.layers.MultiHeadAttention` clears it; see
+DESIGN.md); these layers keep it through every layer of a stack.
 """
 
 from keras import ops
@@ -42,3 +47,23 @@ def causal_mask(query_length, key_length, query_offset=0):
 def key_mask(key_padding_mask):
     """Broadcastable attention mask `(batch, 1, keys)` from a key padding mask."""
     return ops.expand_dims(key_padding_mask, 1)
+
+
+def keras_mask(x):
+    """The Keras mask `x` carries (`(batch, length)` bool, True at real tokens), or None.
+
+    Keras keeps it as the tensor attribute `_keras_mask`; numpy arrays and
+    tensors without one give None.
+    """
+    return getattr(x, "_keras_mask", None)
+
+
+def drop_keras_mask(x):
+    """Removes the Keras mask from `x`, a tensor the caller made (in place)."""
+    if keras_mask(x) is not None:
+        x._keras_mask = None
+
+
+def resolve(explicit_mask, x):
+    """`explicit_mask` if given, else the Keras mask `x` carries (None if neither)."""
+    return explicit_mask if explicit_mask is not None else keras_mask(x)

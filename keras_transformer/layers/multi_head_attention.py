@@ -7,7 +7,7 @@ live here; the residual connection and layer norm around it live in
 and `CrossAttention` (`attention.py`) compose the two.
 
 Masks are boolean with True meaning "may attend", `(batch, queries, keys)` or
-broadcastable to it; they are always passed explicitly.
+broadcastable to it; the sublayers pass them explicitly.
 """
 
 import math
@@ -15,7 +15,7 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers import packing, query_chunks
+from keras_transformer.layers import masks, packing, query_chunks, validation
 from keras_transformer.layers.dropout import make_dropout
 
 # Added to the logits of masked keys. A finite value (not -inf) keeps a row
@@ -46,8 +46,11 @@ class MultiHeadAttention(keras.layers.Layer):
         context: keys/values input `(batch, keys, output_dim)` (or packed, with
             `context_mask`). Defaults to `query` (self-attention).
         attention_mask: optional bool, True where a query may attend a key.
-        query_mask, context_mask: bool `(batch, length)` padding masks: the
-            layout of packed inputs (unused for padded ones).
+            Without it, padded keys are masked by the keys' padding mask
+            (`context_mask`, or `query_mask` for self-attention; else the
+            Keras mask of the keys' input).
+        query_mask, context_mask: bool `(batch, length)` padding masks, True
+            at real tokens; required to lay out packed inputs.
         training: bool. Enables dropout.
 
     Returns:
@@ -66,13 +69,14 @@ class MultiHeadAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.output_dim = output_dim
+        self.num_heads = validation.positive_int("num_heads", num_heads)
+        self.key_dim = validation.positive_int("key_dim", key_dim)
+        self.output_dim = validation.positive_int("output_dim", output_dim)
         self.attention_dropout = attention_dropout
         self.hashed_dropout = hashed_dropout
         self.chunk_queries = chunk_queries
-        heads_width = num_heads * key_dim
+        self.supports_masking = True
+        heads_width = self.num_heads * self.key_dim
 
         def dense(units, name):
             return keras.layers.Dense(units, dtype=self.dtype_policy, name=name)
@@ -80,7 +84,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense = dense(heads_width, "query")
         self.key_dense = dense(heads_width, "key")
         self.value_dense = dense(heads_width, "value")
-        self.output_dense = dense(output_dim, "attention_output")
+        self.output_dense = dense(self.output_dim, "attention_output")
         self.weights_dropout = make_dropout(
             attention_dropout, hashed_dropout, self.dtype_policy, "attention_dropout"
         )
@@ -186,6 +190,9 @@ class MultiHeadAttention(keras.layers.Layer):
     ):
         if context is None:
             context, context_mask = query, query_mask
+        context_mask = masks.resolve(context_mask, context)
+        if attention_mask is None and context_mask is not None:
+            attention_mask = masks.key_mask(context_mask)
         key, value = self.project_key_value(context, context_mask)
         return self.attend(query, key, value, attention_mask, training, query_mask)
 

@@ -44,6 +44,7 @@ class Residual(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.hashed_dropout = hashed_dropout
+        self.supports_masking = True
         self.dropout = make_dropout(dropout_rate, hashed_dropout, self.dtype_policy, "dropout")
         self.layernorm = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"

@@ -34,30 +34,30 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
     ):
         options = pop_block_options(kwargs, dropout_rate=dropout_rate)
         super().__init__(**kwargs)
-        validation.check_positive("num_layers", num_layers)
-        validation.check_heads(d_model, num_heads)
-        validation.check_positive("dff", dff)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.vocab_size = vocab_size
-        self.max_length = max_length
+        self.num_layers = validation.positive_int("num_layers", num_layers)
+        self.d_model, self.num_heads = validation.check_heads(d_model, num_heads)
+        self.dff = validation.positive_int("dff", dff)
+        self.vocab_size = validation.positive_int("vocab_size", vocab_size)
+        self.max_length = validation.positive_int("max_length", max_length)
         self._set_block_options(options)
         self.embedding = PositionalEmbedding(
-            vocab_size, d_model, max_length, dtype=self.dtype_policy, name="embedding"
+            self.vocab_size,
+            self.d_model,
+            self.max_length,
+            dtype=self.dtype_policy,
+            name="embedding",
         )
         self.dropout = make_dropout(dropout_rate, options["hashed_dropout"], self.dtype_policy)
         blocks = [
             self.block_class(
-                d_model,
-                num_heads,
-                dff,
+                self.d_model,
+                self.num_heads,
+                self.dff,
                 dtype=self.dtype_policy,
                 name=f"{self.block_name}_{i}",
                 **options,
             )
-            for i in range(num_layers)
+            for i in range(self.num_layers)
         ]
         setattr(self, self.blocks_attribute, blocks)
         self.final_layernorm = (
@@ -74,14 +74,30 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
     def _blocks(self):
         return getattr(self, self.blocks_attribute)
 
-    def build(self, input_shape):
-        self.embedding.build(input_shape)
-        features = tuple(input_shape) + (self.d_model,)
+    # `build` and `compute_output_shape` name their arguments after the call's
+    # (`token_ids`, the tutorial's `x`), so that Keras gives them the ids'
+    # shape however the ids are passed (by default it passes the first tensor
+    # argument's: the context's for `decoder(x=ids, context=...)`).
+
+    def build(self, token_ids_shape=None, x_shape=None):
+        self.embedding.build((None, None))
+        features = (None, None, self.d_model)
         for block in self._blocks:
             block.build(features)
         if self.final_layernorm is not None:
             self.final_layernorm.build(features)
-        super().build(input_shape)
+        super().build(x_shape if token_ids_shape is None else token_ids_shape)
+
+    @staticmethod
+    def _ids(token_ids, x):
+        """The token ids, given as `token_ids` or under the tutorial's name `x`."""
+        if (token_ids is None) == (x is None):
+            received = "neither" if token_ids is None else "both"
+            raise ValueError(
+                "Give the token ids once, as `token_ids` or as `x` (the tutorial's name). "
+                f"Received {received}."
+            )
+        return x if token_ids is None else token_ids
 
     def _embed(self, token_ids, training=None, packed=False, start_position=0):
         """`(x, padding_mask)`: the embedded ids after dropout, packed if asked."""
@@ -94,8 +110,9 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
     def _finish(self, x):
         return x if self.final_layernorm is None else self.final_layernorm(x)
 
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return tuple(input_shape) + (self.d_model,)
+    def compute_output_shape(self, token_ids_shape=None, x_shape=None):
+        ids_shape = x_shape if token_ids_shape is None else token_ids_shape
+        return tuple(ids_shape) + (self.d_model,)
 
     def get_config(self):
         config = super().get_config()

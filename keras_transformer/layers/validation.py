@@ -1,13 +1,28 @@
 """Argument checks that fail at construction time with the offending value."""
 
+import operator
+
 import tensorflow as tf
 
 from keras_transformer.layers import packing
 
 
-def check_positive(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+def positive_int(name, value):
+    """`value` as a Python int, if it is a positive integer of any integer type.
+
+    Sizes often come from tensors (the tutorial's
+    `tokenizers.pt.get_vocab_size().numpy()` is a numpy int32), so numpy
+    integers and 0-d integer arrays and eager tensors are accepted; they are
+    stored as Python ints so that configs stay JSON. Floats, booleans and
+    values <= 0 are refused.
+    """
+    try:
+        integer = None if isinstance(value, bool) else operator.index(value)
+    except (TypeError, AttributeError):  # floats, strings, None; tensors of other dtypes
+        integer = None
+    if integer is None or integer <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return integer
 
 
 def check_rate(name, value):
@@ -16,13 +31,15 @@ def check_rate(name, value):
 
 
 def check_heads(d_model, num_heads):
-    check_positive("d_model", d_model)
-    check_positive("num_heads", num_heads)
+    """`(d_model, num_heads)` as Python ints; `num_heads` must divide `d_model`."""
+    d_model = positive_int("d_model", d_model)
+    num_heads = positive_int("num_heads", num_heads)
     if d_model % num_heads:
         raise ValueError(
             "`d_model` must be divisible by `num_heads` (head size is "
             f"d_model // num_heads). Received: d_model={d_model}, num_heads={num_heads}"
         )
+    return d_model, num_heads
 
 
 def check_token_ids(name, token_ids):
@@ -61,3 +78,48 @@ def check_maybe_packed(name, x, d_model, mask, mask_name="padding_mask"):
 def _check_feature_size(name, x, d_model):
     if d_model is not None and x.shape[-1] is not None and x.shape[-1] != d_model:
         raise ValueError(f"`{name}` has feature size {x.shape[-1]}, expected d_model={d_model}")
+
+
+def check_attention_sizes(d_model, num_heads, key_dim):
+    """`(d_model, num_heads, key_dim, head_size)` of an attention layer, as Python ints or None.
+
+    Two forms: the paper's, `d_model` (heads of `d_model // num_heads`, input
+    and output `d_model` wide), and `keras.layers.MultiHeadAttention`'s, the
+    tutorial's, `key_dim` (the head size; the width follows the input). Both
+    may be given when they agree.
+    """
+    if d_model is None and key_dim is None:
+        raise ValueError(
+            "Give `d_model` (the paper's form: heads of d_model // num_heads) or `key_dim` "
+            "(keras.layers.MultiHeadAttention's form: the head size). "
+            "Received: d_model=None, key_dim=None"
+        )
+    if key_dim is None:
+        d_model, num_heads = check_heads(d_model, num_heads)
+        return d_model, num_heads, None, d_model // num_heads
+    num_heads = positive_int("num_heads", num_heads)
+    key_dim = positive_int("key_dim", key_dim)
+    if d_model is not None:
+        d_model = positive_int("d_model", d_model)
+        if d_model != key_dim * num_heads:
+            raise ValueError(
+                "`d_model` and `key_dim` disagree: with both, `key_dim` is the head size "
+                "d_model // num_heads (or give only `key_dim`, and the width follows the "
+                f"input). Received: d_model={d_model}, key_dim={key_dim}, num_heads={num_heads}"
+            )
+    return d_model, num_heads, key_dim, key_dim
+
+
+def check_rate_alias(name, value, alias, alias_value, default):
+    """A rate given under its own name or under `alias` (another library's name), not both."""
+    if value is not None and alias_value is not None:
+        raise ValueError(
+            f"`{alias}` is another name for `{name}`: give one of them. "
+            f"Received: {name}={value!r}, {alias}={alias_value!r}"
+        )
+    if alias_value is not None:
+        check_rate(alias, alias_value)
+        return alias_value
+    rate = default if value is None else value
+    check_rate(name, rate)
+    return rate
