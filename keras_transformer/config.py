@@ -277,7 +277,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
     """Settings from a JSON file: flat TrainConfig fields, or a run directory's config.json."""
     try:
         values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # JSONDecodeError, or UnicodeDecodeError for non-UTF-8 bytes
         raise ValueError(f"Config file {path} is not valid JSON: {error}") from None
     except OSError as error:
         raise ValueError(f"Config file {path} cannot be read: {error.strerror}") from None
