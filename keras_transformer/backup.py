@@ -32,7 +32,7 @@ import keras
 
 from keras_transformer import checkpoints
 from keras_transformer import run_dir as run_dir_lib
-from keras_transformer.atomic import remove_partial_files, write_atomically
+from keras_transformer.atomic import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,6 @@ class RunBackup(keras.callbacks.Callback):
         self.run_dir = Path(run_dir)
 
     def on_train_begin(self, logs=None):
-        backup_dir = self.run_dir / run_dir_lib.BACKUP_DIR
-        remove_partial_files(backup_dir)
         self.model._initial_epoch = restore(self.model, self.run_dir, epochs_done(self.run_dir))
 
     def on_epoch_end(self, epoch, logs=None):
