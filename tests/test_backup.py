@@ -28,7 +28,8 @@ class Killed(Exception):
 
 def _compiled(seed: int, steps: int = 0) -> keras.Model:
     model = tiny_transformer(seed=seed)
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    # Eager: a few steps of a tiny model cost less than tracing the train step.
+    model.compile(optimizer="adam", loss=MaskedLoss(), run_eagerly=True)
     if steps:
         model.fit((IDS, IDS), IDS, epochs=steps, verbose=0)
     return model
@@ -204,30 +205,36 @@ def _all_files_whole(path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "moment", ["after_checkpoints", "mid_backup", "between_backup_and_history"]
-)
-def test_a_fault_at_any_epoch_end_write_costs_no_recorded_epoch(tmp_path, monkeypatch, moment):
-    if moment == "after_checkpoints":
-        _with_callback(monkeypatch, Fault(2), before=backup.RunBackup)
-    elif moment == "mid_backup":
-        _die_mid_write(monkeypatch, backup, 2)
-    else:
-        _with_callback(monkeypatch, Fault(2), before=RunHistory)
-    with pytest.raises(Killed):
-        training.train(SMALL_RUN, tmp_path, verbose=0)
-    monkeypatch.undo()
-    recorded = backup.epochs_done(tmp_path)
-    assert recorded == 1  # the faulty epoch was never recorded done
-    epochs_run = EpochsRun()
-    _with_callback(monkeypatch, epochs_run)
-    training.train(SMALL_RUN, tmp_path, verbose=0)
-    # No epoch recorded done is trained again: the resume starts after it.
-    assert epochs_run.epochs == [2]
+def test_a_fault_at_each_epoch_end_write_costs_no_recorded_epoch(tmp_path, monkeypatch):
+    # One run, faulted at the end of epoch 2, 3 and 4, each time at another of the
+    # moments between its writes, and started again after each fault.
+    faults = {
+        2: lambda: _with_callback(monkeypatch, Fault(2), before=backup.RunBackup),
+        3: lambda: _die_mid_write(monkeypatch, backup, 3),  # checkpoints written, backup half
+        4: lambda: _with_callback(monkeypatch, Fault(4), before=RunHistory),
+    }
+    config = {**SMALL_RUN, "epochs": 4}
+    for faulty_epoch, inject in [*faults.items(), (None, lambda: None)]:
+        recorded = backup.epochs_done(tmp_path)
+        inject()
+        epochs_run = EpochsRun()
+        _with_callback(monkeypatch, epochs_run)
+        if faulty_epoch is None:
+            training.train(config, tmp_path, verbose=0)
+        else:
+            with pytest.raises(Killed):
+                training.train(config, tmp_path, verbose=0)
+        monkeypatch.undo()
+        # No epoch recorded done is trained again: each start goes on after the
+        # last one, and the faulty epoch is never recorded done.
+        assert epochs_run.epochs[0] == recorded + 1, (faulty_epoch, epochs_run.epochs)
+        assert backup.epochs_done(tmp_path) == (faulty_epoch or 5) - 1
     entries = run_dir.read_history(tmp_path)
-    assert [e["epoch"] for e in entries] == [1, 2]
+    assert [e["epoch"] for e in entries] == [1, 2, 3, 4]
+    # Each epoch went on from the optimizer state of the one recorded before it
+    # (not from a checkpoint of the faulty epoch, which would count its steps twice).
     steps = [e["optimizer_steps"] for e in entries]
-    assert steps[1] == 2 * steps[0], steps  # epoch 2 went on from epoch 1's optimizer state
+    assert steps == [steps[0] * epoch for epoch in (1, 2, 3, 4)], steps
     _all_files_whole(tmp_path)
 
 

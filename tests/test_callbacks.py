@@ -29,9 +29,15 @@ def test_time_budget_stops_after_the_epoch_that_passes_it():
         TimeBudget(minutes=0)
 
 
-def test_epoch_checkpoints_keep_the_last_epochs(tmp_path):
+def _compiled_model() -> keras.Model:
     model = tiny_transformer()
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    # Eager: a few steps of a tiny model cost less than tracing the train step.
+    model.compile(optimizer="adam", loss=MaskedLoss(), run_eagerly=True)
+    return model
+
+
+def test_epoch_checkpoints_keep_the_last_epochs(tmp_path):
+    model = _compiled_model()
     ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
     model.fit((ids, ids), ids, epochs=3, verbose=0, callbacks=[EpochCheckpoints(tmp_path, keep=2)])
     kept = run_dir.epoch_checkpoints(tmp_path)
@@ -54,8 +60,7 @@ def _fit_one_epoch(model, callback, val_loss: float) -> None:
 
 
 def test_the_best_checkpoint_threshold_comes_from_the_file_on_disk(tmp_path):
-    model = tiny_transformer()
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    model = _compiled_model()
     best = tmp_path / "best.keras"
     # The history says 0.5 was reached, but the file on disk holds 2.0 (a run
     # killed after writing it, before recording the epoch): 1.5 is better.
@@ -73,8 +78,7 @@ def test_the_best_checkpoint_threshold_comes_from_the_file_on_disk(tmp_path):
 
 
 def test_a_truncated_or_missing_best_checkpoint_is_written_by_the_next_epoch(tmp_path, caplog):
-    model = tiny_transformer()
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    model = _compiled_model()
     best = tmp_path / "checkpoints" / "best.keras"
     # As an in-place write killed halfway left it; the history's best (0.1) is
     # lower than any later epoch will reach, which kept it truncated for good.
@@ -93,8 +97,7 @@ def test_a_truncated_or_missing_best_checkpoint_is_written_by_the_next_epoch(tmp
 
 
 def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
-    model = tiny_transformer()
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    model = _compiled_model()
     last = tmp_path / "last.keras"
     checkpoints.save_checkpoint(model, last, epoch=1)
 
