@@ -53,6 +53,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# Before TensorFlow is first imported (by the import below): keeps its start-up log quiet.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from tests.test_training import TINY  # noqa: E402  (needs the repository on sys.path)
 
@@ -169,7 +171,6 @@ def _hook_export(moment: dict) -> None:
 
 def child(moment: dict, argv: list[str]) -> int:
     """Runs the command `argv` with the hook that kills it at `moment`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if moment["kind"] in ("step", "validation"):
         _hook_callbacks(moment)
     elif moment["kind"] == "export":
@@ -429,7 +430,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"of {', '.join(SECTIONS)}")
     parser.add_argument("--work-dir", help="keep runs and logs here (default: a temporary one)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="faults-"))
     work.mkdir(parents=True, exist_ok=True)
     failures = []
