@@ -18,10 +18,12 @@ for serving under load can be added beside them):
     resumed after  the epoch the resume went on from;
     lost       epochs history.json recorded done at the kill that the resume
                trained again (must be 0);
-    corrupted  files of the run directory or the export that do not load
-               after the resume (must be 0);
-    failed     resumes that exit with an error or end with other epochs than
-               1..N in history.json (must be 0);
+    corrupted  files of the run directory or the export, under their real
+               names, that do not load, right after the kill and again after
+               the resume (must be 0);
+    failed     resumes that exit with an error, end with other epochs than
+               1..N in history.json or without a file of a finished run (must
+               be 0);
     left       .partial files and export staging directories left behind
                after the resume (must be 0).
 - export: `keras-transformer export` of a finished run is killed mid-write
@@ -204,7 +206,7 @@ def _epochs_started(log: Path) -> list[int]:
 
 
 def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
-    """The files of the run directory and of the exports that do not load."""
+    """The files of the run directory and of the exports that are there but do not load."""
     import h5py
 
     from keras_transformer import backup, checkpoints, run_dir
@@ -217,8 +219,9 @@ def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
         except Exception as error:  # any failure is a damaged file
             damaged.append(f"{name}: {type(error).__name__}: {error}"[:200])
 
-    check(run_dir.CONFIG_FILE, lambda: run_dir.read_config(run))
-    check("tokenizers", lambda: run_dir.load_tokenizers(run))
+    if (run / run_dir.CONFIG_FILE).is_file():  # written after the tokenizers
+        check(run_dir.CONFIG_FILE, lambda: run_dir.read_config(run))
+        check("tokenizers", lambda: run_dir.load_tokenizers(run))
     check(run_dir.HISTORY_FILE, lambda: run_dir.read_history(run))
     for path in sorted((run / run_dir.CHECKPOINT_DIR).glob("*.keras")):
         check(path.name, lambda path=path: checkpoints.load_model(path))
@@ -232,6 +235,16 @@ def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
     for version in _versions(model_dir):
         check(f"export {version.name}", lambda version=version: _check_version(version))
     return damaged
+
+
+def _missing_files(run: Path, model_dir: Path) -> list[str]:
+    """What a finished `demo` must have written but did not."""
+    from keras_transformer import run_dir
+
+    names = [run_dir.CONFIG_FILE, run_dir.SOURCE_SPM_FILE, run_dir.TARGET_SPM_FILE]
+    names += [run_dir.BEST_CHECKPOINT, run_dir.LAST_CHECKPOINT, run_dir.HISTORY_FILE]
+    missing = [name for name in names if not (run / name).is_file()]
+    return missing + ([] if _versions(model_dir) else [f"{model_dir}/<version>"])
 
 
 def _check_version(version: Path) -> None:
@@ -306,6 +319,7 @@ def training_section(args, work: Path) -> Table:
         killed = status == -signal.SIGKILL
         # A half-written file under its temporary name: the kill landed mid-write.
         partial = len(_leftovers(run, root / "tiny"))
+        damaged = _damaged_files(run, root / "tiny")
         try:
             recorded = len(run_dir.read_history(run))
         except ValueError:
@@ -318,8 +332,9 @@ def training_section(args, work: Path) -> Table:
             epochs = [e["epoch"] for e in run_dir.read_history(run)]
         except ValueError:
             epochs = []
-        failed = resumed != 0 or epochs != list(range(1, args.epochs + 1))
-        damaged = _damaged_files(run, root / "tiny")
+        missing = _missing_files(run, root / "tiny")
+        failed = resumed != 0 or epochs != list(range(1, args.epochs + 1)) or bool(missing)
+        damaged += _damaged_files(run, root / "tiny")
         left = _leftovers(run, root / "tiny")
         rows.append(
             [
@@ -340,7 +355,8 @@ def training_section(args, work: Path) -> Table:
         if lost or damaged or failed or left:
             failures.append(
                 f"kill {i} ({moment}): lost {lost}, damaged {damaged}, resume exit {resumed} "
-                f"epochs {epochs}, left {[str(p) for p in left]}; logs in {work}"
+                f"epochs {epochs}, missing {missing}, left {[str(p) for p in left]}; "
+                f"logs in {work}"
             )
     header = ["#", "moment", "where", "killed", "partial", "recorded", "resumed after", "lost"]
     header += ["corrupted", "failed", "left", "seconds"]
