@@ -223,7 +223,7 @@ def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
         check(run_dir.CONFIG_FILE, lambda: run_dir.read_config(run))
         check("tokenizers", lambda: run_dir.load_tokenizers(run))
     check(run_dir.HISTORY_FILE, lambda: run_dir.read_history(run))
-    for path in sorted((run / run_dir.CHECKPOINT_DIR).glob("*.keras")):
+    for path in sorted((run / run_dir.CHECKPOINT_DIR).glob("[!.]*.keras")):  # real names
         check(path.name, lambda path=path: checkpoints.load_model(path))
     for path in backup.backups(run).values():
 
