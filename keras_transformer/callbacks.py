@@ -1,23 +1,38 @@
-"""The callbacks of a training run: history file and curves, time budget, checkpoints, backups."""
+"""The callbacks of a training run: history file and curves, time budget, checkpoints, backups.
+
+At the end of an epoch they write in a fixed order (`make_callbacks`): the
+checkpoints, then the backup (`backup.RunBackup`), and last history.json
+(`RunHistory`), which is what records the epoch done. Every file is written
+whole or not at all (`atomic.write_atomically`).
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import time
 from pathlib import Path
 
 import keras
 
+from keras_transformer import checkpoints
 from keras_transformer import run_dir as run_dir_lib
+from keras_transformer.atomic import write_atomically
+from keras_transformer.backup import RunBackup
 from keras_transformer.plotting import plot_training_curves
+
+logger = logging.getLogger(__name__)
 
 
 class RunHistory(keras.callbacks.Callback):
     """Keeps history.json (and the curves PNG) up to date after every epoch.
 
-    Survives a resume: the file holds every completed epoch of the run, and
-    an epoch that is trained again replaces its earlier entry. Also records
-    the epoch's wall time, its training time and target tokens per second.
+    history.json is the run's record of the epochs done, so this callback
+    writes last, after the epoch's checkpoints and backup are on disk. It
+    survives a resume: the file holds every completed epoch of the run, and an
+    epoch that is trained again replaces its earlier entry. Also records the
+    epoch's wall time, its training time and target tokens per second.
     """
 
     def __init__(self, run_dir: str | os.PathLike, plot: bool = True):
@@ -52,7 +67,10 @@ class RunHistory(keras.callbacks.Callback):
             self.run_dir / run_dir_lib.HISTORY_FILE, self.entries, indent=1
         )
         if self.plot:
-            plot_training_curves(self.entries, self.run_dir / run_dir_lib.CURVES_FILE)
+            write_atomically(
+                self.run_dir / run_dir_lib.CURVES_FILE,
+                lambda partial: plot_training_curves(self.entries, partial),
+            )
         self._start = None
 
 
@@ -81,11 +99,51 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class Checkpoint(keras.callbacks.Callback):
+    """Saves the model to `path` after every epoch, or with `best_only` after an epoch
+    whose validation loss is the lowest so far.
+
+    Each checkpoint records its epoch (and validation loss) inside the file
+    (`checkpoints.save_checkpoint`). The best so far is the one the file on
+    disk records: a missing or unreadable best checkpoint is written again at
+    the next epoch. One written by earlier versions, with no record, counts
+    as `best_before` (the lowest validation loss in the run's history).
+    """
+
+    def __init__(self, path: str | os.PathLike, best_only: bool = False, best_before=None):
+        super().__init__()
+        self.path = Path(path)
+        self.best_only = best_only
+        self.best_before = best_before
+        self.best = None
+
+    def on_train_begin(self, logs=None):
+        if not self.best_only:
+            return
+        record = checkpoints.read_record(self.path)
+        if record is None and self.path.exists():
+            logger.warning("%s is unreadable; the next epoch writes it again.", self.path)
+        self.best = None if record is None else record.get("val_loss", self.best_before)
+
+    def on_epoch_end(self, epoch, logs=None):
+        val_loss = (logs or {}).get("val_loss")
+        record = {"epoch": epoch + 1}
+        if val_loss is not None:
+            record["val_loss"] = float(val_loss)
+        if self.best_only:
+            if val_loss is None or not math.isfinite(val_loss):
+                return
+            if self.best is not None and val_loss >= self.best:
+                return
+            self.best = float(val_loss)
+        checkpoints.save_checkpoint(self.model, self.path, **record)
+
+
 class EpochCheckpoints(keras.callbacks.Callback):
     """Saves the model after every epoch as `checkpoints/epoch_NNNN.keras`, keeping the last `keep`.
 
-    They are what `export --average-last N` averages. Each is written under a
-    temporary name and renamed, so a kill never leaves half a checkpoint.
+    They are what `export --average-last N` averages. Each is written whole
+    or not at all, so a kill never leaves half a checkpoint.
     """
 
     def __init__(self, run_dir: str | os.PathLike, keep: int):
@@ -97,48 +155,42 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         path = run_dir_lib.epoch_checkpoint(self.run_dir, epoch + 1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(".partial." + path.name)
-        self.model.save(partial)
-        os.replace(partial, path)
+        checkpoints.save_checkpoint(self.model, path, epoch=epoch + 1)
         for old in run_dir_lib.epoch_checkpoints(self.run_dir)[: -self.keep]:
             old.unlink()
 
 
 def make_callbacks(
     run_dir: Path,
-    best_val_loss: float | None,
+    best_val_loss: float | None = None,
     time_budget_minutes: float | None = None,
     early_stopping_patience: int | None = None,
     keep_epoch_checkpoints: int = 0,
 ) -> list:
-    """History, backups (resume after a kill), best/last checkpoints, TensorBoard, NaN stop;
-    with `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging."""
+    """Checkpoints, backup (resume after a kill), history, TensorBoard, NaN stop; with
+    `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging.
+
+    `best_val_loss`: the run's best validation loss so far, which a best
+    checkpoint written by earlier versions (without its own record) counts as.
+    """
     callbacks = [
-        # First, so that an epoch is in history.json before its backup claims it done.
-        RunHistory(run_dir),
-        keras.callbacks.ModelCheckpoint(
-            run_dir / run_dir_lib.BEST_CHECKPOINT,
-            monitor="val_loss",
-            save_best_only=True,
-            # After a resume, only an epoch better than the run's best so far replaces it.
-            initial_value_threshold=best_val_loss,
+        Checkpoint(
+            run_dir / run_dir_lib.BEST_CHECKPOINT, best_only=True, best_before=best_val_loss
         ),
-        keras.callbacks.ModelCheckpoint(run_dir / run_dir_lib.LAST_CHECKPOINT),
+        Checkpoint(run_dir / run_dir_lib.LAST_CHECKPOINT),
+    ]
+    if keep_epoch_checkpoints:
+        callbacks.append(EpochCheckpoints(run_dir, keep_epoch_checkpoints))
+    callbacks += [
+        # After the checkpoints and before the history: an epoch that history.json
+        # records done has its checkpoints and backup on disk (see backup.py).
+        RunBackup(run_dir),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(
             run_dir / run_dir_lib.LOG_DIR, update_freq="epoch", write_graph=False
         ),
-        # Kept after the run (delete_checkpoint=False): training again with more
-        # epochs continues where it stopped. Two copies survive a kill mid-write.
-        keras.callbacks.BackupAndRestore(
-            run_dir / run_dir_lib.BACKUP_DIR, double_checkpoint=True, delete_checkpoint=False
-        ),
+        RunHistory(run_dir),
     ]
-    if keep_epoch_checkpoints:
-        # Before the backup, like the other checkpoints: a kill after the backup
-        # claims the epoch done must find its checkpoint written.
-        callbacks.insert(3, EpochCheckpoints(run_dir, keep_epoch_checkpoints))
     if time_budget_minutes:
         callbacks.append(TimeBudget(time_budget_minutes))
     if early_stopping_patience:

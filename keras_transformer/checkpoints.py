@@ -1,4 +1,10 @@
-"""Loading `.keras` checkpoints, including those written before the attention core split.
+"""Writing and loading `.keras` checkpoints, including those written before the attention
+core split.
+
+A checkpoint is written whole or not at all (`atomic.write_atomically`) and
+carries a record of where it came from (`RECORD_FILE` inside the archive:
+the epoch, and for the best checkpoint its validation loss), so that the file
+on disk, not a second file that may disagree with it, says what it holds.
 
 Keras stores a layer's weights under the attribute names that lead to it.
 Checkpoints written before version 0.2 held the attention projections and
@@ -12,6 +18,7 @@ there; the file itself is left as it is.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import tempfile
@@ -22,8 +29,11 @@ import h5py
 import keras
 
 from keras_transformer import model as _model  # noqa: F401  (registers the layers for loading)
+from keras_transformer.atomic import write_atomically
 
 _WEIGHTS_FILE = "model.weights.h5"
+# The record inside a checkpoint archive; Keras ignores archive members it does not know.
+RECORD_FILE = "keras_transformer.json"
 _SUBLAYERS = r"(self_attention|causal_self_attention|cross_attention|ffn)"
 # (old path pattern, new path) pairs, applied to every weight's path in the file.
 _V0_RENAMES = (
@@ -77,9 +87,47 @@ def _migrated_weights(weights: h5py.File) -> bytes:
     return buffer.getvalue()
 
 
+def save_checkpoint(model, path: str | os.PathLike, **record) -> Path:
+    """Saves `model` (with its optimizer) to the `.keras` file `path`, with `record`
+    (JSON values, such as epoch=3, val_loss=1.2) inside; a kill leaves the old file."""
+
+    def write(partial: Path) -> None:
+        model.save(partial)
+        with zipfile.ZipFile(partial, "a") as archive:
+            archive.writestr(RECORD_FILE, json.dumps(record))
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_atomically(path, write)
+
+
+def read_record(path: str | os.PathLike) -> dict | None:
+    """The record `save_checkpoint` put in the checkpoint at `path`: None if the file is
+    missing or damaged (cut short, or failing its checksums), {} if it was written
+    without one (by earlier versions)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if _WEIGHTS_FILE not in archive.namelist() or archive.testzip() is not None:
+                return None
+            if RECORD_FILE not in archive.namelist():
+                return {}
+            return json.loads(archive.read(RECORD_FILE))
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+
+
 def load_model(path: str | os.PathLike, compile: bool = False):
-    """The model in the `.keras` file at `path`, migrating the pre-0.2 weight layout."""
+    """The model in the `.keras` file at `path`, migrating the pre-0.2 weight layout.
+
+    A file that is not a whole checkpoint raises ValueError naming it.
+    """
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Checkpoint {path} is missing.")
+    if read_record(path) is None:
+        raise ValueError(
+            f"Checkpoint {path} is damaged or cut short (not a whole .keras archive); "
+            "train again on the run directory to rewrite it, or pick another checkpoint."
+        )
     with zipfile.ZipFile(path) as archive:
         weights_bytes = archive.read(_WEIGHTS_FILE)
         with h5py.File(io.BytesIO(weights_bytes), "r") as weights:

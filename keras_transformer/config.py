@@ -153,10 +153,7 @@ class _RunSettings:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"Unknown training settings: {unknown}. Known: {sorted(names)}")
+        _check_known(values)
         for field in dataclasses.fields(cls):
             if field.name in values:
                 _check_type(field, values[field.name])
@@ -232,6 +229,14 @@ class _RunSettings:
         return settings
 
 
+def _check_known(values: dict, source: str = "") -> None:
+    """Every key of `values` is a setting; the error names `source` (" in FILE") if given."""
+    names = sorted(f.name for f in dataclasses.fields(TrainConfig))
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"Unknown training settings: {unknown}{source}. Known: {names}")
+
+
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
 
 
@@ -272,7 +277,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
     """Settings from a JSON file: flat TrainConfig fields, or a run directory's config.json."""
     try:
         values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # JSONDecodeError, or UnicodeDecodeError for non-UTF-8 bytes
         raise ValueError(f"Config file {path} is not valid JSON: {error}") from None
     except OSError as error:
         raise ValueError(f"Config file {path} cannot be read: {error.strerror}") from None
@@ -280,4 +285,5 @@ def read_config_file(path: str | os.PathLike) -> dict:
         raise ValueError(f"Config file {path} must hold a JSON object of settings.")
     if isinstance(values.get("training"), dict):
         values = values["training"]
+    _check_known(values, f" in config file {path}")
     return values

@@ -14,6 +14,7 @@ to padding and the train step sees only a handful of shapes.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import random
@@ -81,8 +82,12 @@ def _as_sentence(words: str) -> str:
 def _read_lines(path: str | os.PathLike) -> list[bytes]:
     with open(path, "rb") as f:
         data = f.read()
+    # A UTF-8 byte-order mark (Windows editors write one) is no part of the first line.
+    data = data.removeprefix(codecs.BOM_UTF8)
     # Split on "\n" only: str.splitlines would also split on U+2028, U+0085,
-    # form feeds, ... inside a sentence and silently shift every later pair.
+    # form feeds, a "\r" inside a line, ... and silently shift every later pair.
+    # A "\r" ending a line (CRLF endings) is dropped; one inside a line is
+    # whitespace to the tokenizers.
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -119,6 +124,9 @@ class _Skips:
 
 
 def _decode(line: bytes, skips: _Skips, what: str, line_number: int) -> str | None:
+    if b"\0" in line:  # binary data, not text
+        skips.add(f"NUL bytes in {what}", line_number)
+        return None
     try:
         text = line.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -130,15 +138,24 @@ def _decode(line: bytes, skips: _Skips, what: str, line_number: int) -> str | No
     return text
 
 
+def _check_not_empty(pairs: list[Pair], where: str, lines: int) -> None:
+    if not pairs:
+        reason = f"all {lines} lines were skipped" if lines else "no lines"
+        raise ValueError(f"{where}: no sentence pairs ({reason}).")
+
+
 def read_parallel_files(
     src_path: str | os.PathLike, tgt_path: str | os.PathLike, on_error: str = "skip"
 ) -> list[Pair]:
     """Line-aligned parallel files -> `(source, target)` pairs.
 
     Files with different line counts raise ValueError naming both files and
-    counts. A line pair where either side is empty or not valid UTF-8 is
-    dropped as a pair (so the alignment is kept) and the drops are reported
-    with their line numbers in one warning; `on_error="raise"` raises instead.
+    counts, and so do files without a single pair. A line pair where either
+    side is empty, holds NUL bytes or is not valid UTF-8 is dropped as a pair
+    (so the alignment is kept) and the drops are reported with their line
+    numbers in one warning; `on_error="raise"` raises instead. Lines end at
+    "\n" alone; CRLF endings, a byte-order mark and a last line without "\n"
+    are read as expected.
     """
     src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
@@ -154,14 +171,16 @@ def read_parallel_files(
         if source is not None and target is not None:
             pairs.append((source, target))
     skips.report(len(src_lines))
+    _check_not_empty(pairs, skips.where, len(src_lines))
     return pairs
 
 
 def read_tsv(path: str | os.PathLike, on_error: str = "skip") -> list[Pair]:
     """A `source<TAB>target` file -> pairs.
 
-    Lines without exactly one tab, with an empty side or invalid UTF-8 are
-    skipped and reported in one warning (or raise with `on_error="raise"`).
+    Lines without exactly one tab, with an empty side, NUL bytes or invalid
+    UTF-8 are skipped and reported in one warning (or raise with
+    `on_error="raise"`); a file without a single pair raises ValueError.
     """
     skips = _Skips(os.fspath(path), on_error)
     lines = _read_lines(path)
@@ -176,6 +195,7 @@ def read_tsv(path: str | os.PathLike, on_error: str = "skip") -> list[Pair]:
         if source is not None and target is not None:
             pairs.append((source, target))
     skips.report(len(lines))
+    _check_not_empty(pairs, skips.where, len(lines))
     return pairs
 
 

@@ -1,7 +1,8 @@
 """In-graph search over the decoder's key/value cache: greedy, beam search, sampling.
 
 Every search here runs as one `tf.while_loop`, batched, with each row stopping
-at its own [END]. The searches see the model only through its step interface:
+at its own [END]; `in_sub_batches` runs a search over a large batch a bounded
+number of rows at a time. The searches see the model only through its step interface:
 `decoding_start` (the source encoded once, cross-attention keys/values
 projected once, empty self-attention caches), `decoding_step` (the newest
 token in, the next token's logits out, its keys/values written into a
@@ -52,6 +53,77 @@ def decode_length(model, max_length: int | None) -> int:
     if int(max_length) <= 0:
         raise ValueError(f"`max_length` must be a positive integer. Received: {max_length!r}")
     return min(int(max_length), limit)
+
+
+def in_sub_batches(search, context_ids, sub_batch_size: int, steps: int) -> DecodeResult:
+    """Runs `search` over `sub_batch_size` rows at a time, one sub-batch after another.
+
+    What bounds a serving call: however many rows a request holds, the graph
+    decodes only `sub_batch_size` of them at once, so its memory is that of one
+    sub-batch, and its ops stay small enough for other callers' ops to run
+    between them on the shared thread pools (one batch of 10,000 rows makes
+    every op long, and every other caller waits behind it).
+
+    Rows are sorted by source length first, as CTranslate2 does: a sub-batch
+    holds rows of similar length, so one long row pads only rows as long as it,
+    and its short neighbours do not wait for its decoding. Results come back
+    in the rows' own order.
+
+    Args:
+        search: `(context_ids, index) -> DecodeResult`: one search over
+            `context_ids`, int64 `(rows, length)` 0-padded; `index` is the
+            sub-batch's number (int32 scalar), for seeding.
+        context_ids: int64 `tf.RaggedTensor` `(batch, None)`, the source ids.
+        sub_batch_size: int. Most rows in one search.
+        steps: int. The width of `search`'s tokens.
+
+    Returns:
+        A `DecodeResult` of `batch` rows (without logits).
+    """
+    sub_batch_size = int(sub_batch_size)
+    if sub_batch_size <= 0:
+        raise ValueError(
+            f"`sub_batch_size` must be positive. Received: sub_batch_size={sub_batch_size}"
+        )
+    order = tf.argsort(context_ids.row_lengths(), stable=True)
+    sorted_ids = tf.gather(context_ids, order)
+    rows = tf.shape(order)[0]
+    count = (rows + sub_batch_size - 1) // sub_batch_size
+
+    def body(index, tokens, lengths, scores):
+        start = index * sub_batch_size
+        # Padded to the longest row of this sub-batch only.
+        chunk = sorted_ids[start : start + sub_batch_size].to_tensor()
+        result = search(chunk, index)
+        return (
+            index + 1,
+            tokens.write(index, result.tokens),
+            lengths.write(index, result.lengths),
+            scores.write(index, result.scores),
+        )
+
+    def array(dtype, shape):
+        return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
+
+    # parallel_iterations=1: the sub-batches are independent, and the loop
+    # would otherwise run up to 10 of them at once, with 10 times the memory.
+    _, tokens, lengths, scores = tf.while_loop(
+        lambda index, *_: index < count,
+        body,
+        (
+            tf.constant(0),
+            array(tf.int64, tf.TensorShape([None, steps])),
+            array(tf.int32, tf.TensorShape([None])),
+            array(tf.float32, tf.TensorShape([None])),
+        ),
+        parallel_iterations=1,
+    )
+    restore = tf.math.invert_permutation(order)
+    return DecodeResult(
+        tf.gather(tokens.concat(), restore),
+        tf.gather(lengths.concat(), restore),
+        tf.gather(scores.concat(), restore),
+    )
 
 
 def source_relative_limits(source_lengths, a: float, b: float, max_length: int):

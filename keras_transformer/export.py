@@ -14,6 +14,7 @@ Loaded with `tf.saved_model.load`, it also offers `translate(text)` and
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,6 +34,36 @@ def next_version(model_dir: str | os.PathLike) -> int:
     model_dir = Path(model_dir)
     versions = [int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()]
     return max(versions, default=0) + 1
+
+
+# Staging directories: ".VERSION-PID-XXXXXXXX", or ".VERSION-XXXXXXXX" from earlier versions.
+_STAGING = re.compile(r"\.\d+-(?:(\d+)-)?\w{8}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_staging(model_dir: str | os.PathLike) -> list[Path]:
+    """Deletes the staging directories that killed exports left under `model_dir`.
+
+    One is stale when the process its name records runs no more on this
+    machine (an export of this version in progress keeps its own); those of
+    earlier versions, which cleaned up unless killed, always are.
+    """
+    removed = []
+    for path in Path(model_dir).glob(".*"):
+        match = _STAGING.fullmatch(path.name)
+        if match and path.is_dir() and not (match.group(1) and _running(int(match.group(1)))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def latest_version_dir(path: str | os.PathLike) -> Path:
@@ -110,7 +141,8 @@ def export_translator(
         raise FileExistsError(f"{target} exists; pick another version or leave it unset.")
     # Write beside the target and rename: TF Serving polls the directory and
     # must never see a half-written version.
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=model_dir))
+    remove_stale_staging(model_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}-{os.getpid()}-", dir=model_dir))
     try:
         tf.saved_model.save(translator, str(staging), signatures=_signatures(translator))
         staging.rename(target)

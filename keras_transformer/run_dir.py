@@ -3,7 +3,7 @@
 Layout (written by training, read by export, translate and evaluate):
 
     RUN_DIR/config.json           {"model": Transformer config, "tokenizer": {...}, "data": {...},
-                                   "training": {...}}
+                                   "training": {...}, "files": {tokenizer file: its SHA-256}}
     RUN_DIR/spm_source.model      source SentencePiece model (tokenizer "sentencepiece")
     RUN_DIR/spm_target.model      target SentencePiece model
     RUN_DIR/spm_joint.model       or one model for both sides (shared_vocab)
@@ -14,19 +14,27 @@ Layout (written by training, read by export, translate and evaluate):
     RUN_DIR/checkpoints/best.keras   best model by validation loss
     RUN_DIR/checkpoints/last.keras   model at the end of the last epoch
     RUN_DIR/checkpoints/epoch_NNNN.keras   the last epochs, kept for averaging (optional)
-    RUN_DIR/backup/               keras.callbacks.BackupAndRestore state (resume after a kill)
+    RUN_DIR/backup/epoch_NNNN.weights.h5   weights and optimizer state of the last two epochs
+                                  (resume after a kill; see backup.py)
     RUN_DIR/logs/                 TensorBoard logs
-    RUN_DIR/history.json          per-epoch metrics
+    RUN_DIR/history.json          per-epoch metrics: the record of the epochs done
     RUN_DIR/training_curves.png   loss and accuracy curves
+
+Every file is written under a temporary name and renamed into place
+(`atomic.write_atomically`): a killed run leaves whole files only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 from pathlib import Path
 
 from keras_transformer import checkpoints
+from keras_transformer.atomic import write_atomically
+from keras_transformer.config import TrainConfig
 from keras_transformer.tokenizers import TOKENIZER_KINDS
 
 CONFIG_FILE = "config.json"
@@ -51,6 +59,18 @@ LOG_DIR = "logs"
 HISTORY_FILE = "history.json"
 CURVES_FILE = "training_curves.png"
 
+# config.json's sections -> the keys they may hold (None: any, the "files" section's
+# file names). A run of another version may name settings this one does not know.
+_SETTINGS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
+CONFIG_KEYS = {
+    "model": _SETTINGS | {"input_vocab_size", "target_vocab_size"},
+    # SentencePiece's settings are WordPiece's and two more.
+    "tokenizer": frozenset(TrainConfig(tokenizer="sentencepiece").tokenizer_kwargs()),
+    "data": _SETTINGS,
+    "training": _SETTINGS,
+    "files": None,
+}
+
 
 def epoch_checkpoint(run_dir: str | os.PathLike, epoch: int) -> Path:
     """The checkpoint of epoch `epoch` (counted from 1), kept for averaging."""
@@ -67,10 +87,8 @@ def write_json_atomically(path: Path, value, **dump_options) -> Path:
 
     A kill mid-write leaves the old file or the new one, never half of one.
     """
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, **dump_options) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(value, **dump_options) + "\n"
+    return write_atomically(path, lambda partial: partial.write_text(text, encoding="utf-8"))
 
 
 def write_config(run_dir: str | os.PathLike, config: dict) -> Path:
@@ -83,16 +101,42 @@ def read_config(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: {path} is missing.")
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a JSON object of sections {sorted(CONFIG_KEYS)}.")
+    unknown = [section for section in config if section not in CONFIG_KEYS]
+    for section, known in CONFIG_KEYS.items():
+        values = config.get(section, {})
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: its {section!r} section must be a JSON object.")
+        if known is not None:
+            unknown += [f"{section}.{key}" for key in values if key not in known]
+    if unknown:
+        raise ValueError(
+            f"{path} names unknown settings: {', '.join(unknown)} (a run of another version "
+            "of keras_transformer?)."
+        )
+    return config
+
+
+def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path} is not valid JSON: {error}") from None
 
 
 def read_history(run_dir: str | os.PathLike) -> list[dict]:
     """history.json: one dict per completed epoch ("epoch" counts from 1)."""
     path = Path(run_dir) / HISTORY_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    if not path.is_file():
+        return []
+    entries = _read_json(path)
+    if not isinstance(entries, list) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("epoch"), int) for entry in entries
+    ):
+        raise ValueError(f'{path} must hold a JSON list of epochs, [{{"epoch": 1, ...}}, ...].')
+    return entries
 
 
 def tokenizer_settings(config: dict) -> dict:
@@ -117,6 +161,39 @@ def tokenizer_files(settings: dict) -> tuple[str, str]:
     twice for a joint vocabulary."""
     source, target, joint = TOKENIZER_FILES[settings["kind"]]
     return (joint, joint) if settings["shared_vocab"] else (source, target)
+
+
+def tokenizer_fingerprints(run_dir: str | os.PathLike, settings: dict) -> dict[str, str]:
+    """Tokenizer file name -> SHA-256 of its content (config.json's "files")."""
+    return {
+        name: hashlib.sha256((Path(run_dir) / name).read_bytes()).hexdigest()
+        for name in sorted(set(tokenizer_files(settings)))
+    }
+
+
+def _check_tokenizer_files(run_dir: Path, config: dict, settings: dict) -> None:
+    """The tokenizer files are the ones config.json records (by SHA-256, when it does)."""
+    recorded = config.get("files", {})
+    for name, fingerprint in tokenizer_fingerprints(run_dir, settings).items():
+        if name in recorded and recorded[name] != fingerprint:
+            raise ValueError(
+                f"{run_dir / name} is not the tokenizer this run was trained with: its SHA-256 "
+                f"differs from the one {CONFIG_FILE} records (copied from another run, or "
+                "changed?). Put the run's own file back, or train a new run in another directory."
+            )
+
+
+def _check_vocab_sizes(run_dir: Path, config: dict, settings: dict, tokenizers) -> None:
+    """The tokenizers have the vocabulary sizes the run's model was built for."""
+    model = config.get("model", {})
+    files = tokenizer_files(settings)
+    for side, filename, tokenizer in zip(("input", "target"), files, tokenizers, strict=True):
+        expected = model.get(f"{side}_vocab_size")
+        if expected is not None and tokenizer.vocab_size != expected:
+            raise ValueError(
+                f"{run_dir / filename} holds {tokenizer.vocab_size} tokens, but the run's model "
+                f"was built for {expected} ({CONFIG_FILE}): it is not this run's tokenizer."
+            )
 
 
 def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
@@ -147,9 +224,17 @@ def load_tokenizers(run_dir: str | os.PathLike):
     """The run's (source, target) tokenizers, of the kind its config.json names.
 
     A run directory from before SentencePiece (no "kind", vocab_source.txt and
-    vocab_target.txt) loads as WordPiece.
+    vocab_target.txt) loads as WordPiece. A tokenizer file that is missing or
+    not the run's own (another SHA-256 than config.json records, or another
+    vocabulary size than the model's) raises an error naming it.
     """
-    return make_tokenizers(run_dir, tokenizer_settings(read_config(run_dir)))
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    settings = tokenizer_settings(config)
+    tokenizers = make_tokenizers(run_dir, settings)
+    _check_tokenizer_files(run_dir, config, settings)
+    _check_vocab_sizes(run_dir, config, settings, tokenizers)
+    return tokenizers
 
 
 def load_model(

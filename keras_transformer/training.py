@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import data, distribute
+from keras_transformer import atomic, data, distribute
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
 from keras_transformer.config import TrainConfig, read_config_file
@@ -143,7 +143,7 @@ def train(
     """Trains a Transformer as `config` says and fills `run_dir` (see run_dir.py).
 
     Started again on the same run directory, it resumes from the last
-    completed epoch (BackupAndRestore) and reuses the vocabularies. The
+    completed epoch (backup.py) and reuses the vocabularies. The
     returned History holds every epoch of the run, earlier processes included.
     """
     if isinstance(config, dict):
@@ -154,6 +154,15 @@ def train(
     # Read first: a missing or unreadable corpus leaves no run directory behind.
     train_pairs, val_pairs = data.load_corpus(config)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # What writers killed mid-write left (the real files are whole: see atomic.py).
+    atomic.remove_partial_files(
+        run_dir, run_dir / run_dir_lib.CHECKPOINT_DIR, run_dir / run_dir_lib.BACKUP_DIR
+    )
+    if (run_dir / run_dir_lib.CONFIG_FILE).is_file():
+        # A run that has started: its tokenizer files must be there and be its own
+        # (they are written before config.json), never learned again or taken from
+        # another run.
+        run_dir_lib.load_tokenizers(run_dir)
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
     model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     data_settings = {
@@ -167,6 +176,8 @@ def train(
         "training": dataclasses.asdict(config),
     }
     _check_same_run(run_dir, run_config)
+    settings = run_dir_lib.tokenizer_settings(run_config)
+    run_config["files"] = run_dir_lib.tokenizer_fingerprints(run_dir, settings)
     run_dir_lib.write_config(run_dir, run_config)
 
     batch_args = dict(
@@ -211,10 +222,12 @@ def train(
             metrics=[MaskedAccuracy(), TargetTokens()],
             jit_compile=JIT_COMPILE[config.jit_compile],
         )
-        # BackupAndRestore needs a built model to restore into.
+        # The backup (RunBackup) needs a built model to restore into.
         ones = tf.ones((1, 4), tf.int64)
         model((ones, ones), training=False)
 
+    # What a best checkpoint of an earlier version, which does not record its
+    # validation loss, counts as (see callbacks.Checkpoint).
     past = run_dir_lib.read_history(run_dir)
     best = min((e["val_loss"] for e in past if "val_loss" in e), default=None)
     history = model.fit(

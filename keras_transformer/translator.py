@@ -2,8 +2,9 @@
 
 Its traced functions (`translate`, `translate_beam`) hold the whole pipeline
 in one graph: normalization and subword tokenization (tensorflow-text), the
-source truncated to the model's max length, cached in-graph decoding, and
-detokenization. That is what `export.py` writes into a SavedModel.
+source cut at the source limit (and reported as cut), cached in-graph decoding
+over bounded sub-batches, and detokenization. That is what `export.py` writes
+into a SavedModel.
 """
 
 from __future__ import annotations
@@ -22,6 +23,26 @@ BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
 # Most generated tokens by default: the tutorial's MAX_TOKENS, and far beyond
 # a sentence; the model's own max_length caps it.
 DEFAULT_MAX_LENGTH = 128
+# Longest source, [START] and [END] included, when the training run's own
+# limit (its `max_tokens`) is not given: the training default and the
+# tutorial's MAX_TOKENS. Not the model's max_length (2048 by default): a model
+# has never seen sources that long, and one such row would pad its sub-batch
+# to it (about 70 MB a row at the demo's size).
+DEFAULT_MAX_SOURCE_LENGTH = 128
+# Before tokenizing, a source is cut at this many bytes per token of the limit,
+# so that a 1 MB row costs no more tokenizing than a long sentence. A
+# SentencePiece piece has at most 16 characters (64 bytes); a row that reaches
+# the byte limit before the token limit (long whitespace runs, WordPiece's
+# overlong words) is cut there and flagged all the same.
+SOURCE_BYTES_PER_TOKEN = 64
+# Rows decoded together inside one call. A request's memory is one sub-batch's
+# whatever its row count, and its ops stay short enough for other requests'
+# ops to run between them. Larger sub-batches decode faster on CPU: 1,024 demo
+# sentences through a demo-size export ran at 166, 233, 296 and 344 rows/s in
+# sorted sub-batches of 8, 16, 32 and 64 rows, and at 139 rows/s as one batch
+# (padded to its longest row); smaller ones did not make other requests wait
+# less (benchmarks/serving_load.py).
+DEFAULT_SUB_BATCH_SIZE = 64
 # Each row may generate at most a * source tokens + b (fairseq's max_len_a/b).
 # Generous for translation between European languages (outputs rarely pass
 # 1.5x their source in subwords), yet a row that never ends stops early.
@@ -34,14 +55,27 @@ class Translator(tf.Module):
 
     Every input row gets an answer: empty or whitespace-only strings decode
     from an empty source ([START] [END]), undecodable bytes are replaced by
-    U+FFFD, and sources longer than the model's `max_length` are truncated
-    (their [END] kept). A batch of zero rows gives zero rows.
+    U+FFFD, and sources longer than `max_source_length` tokens are cut there
+    (their [END] kept) and flagged in the `source_truncated` output. A batch
+    of zero rows gives zero rows.
+
+    Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
+    source length together (`decoding.in_sub_batches`), so neither its memory
+    nor the wait it imposes on other callers grows with its row count or its
+    longest row beyond one sub-batch of `max_source_length` tokens.
 
     Args:
         model: a built `Transformer`.
         source_tokenizer, target_tokenizer: `Tokenizer`s of the training run.
         max_length: most generated tokens per row. Defaults to
             min(128, model.max_length).
+        max_source_length: int. Longest source in tokens, [START] and [END]
+            included; longer ones are cut and flagged. Give the training
+            run's `max_tokens` (`source_limit_of_run(config)`; `keras-transformer
+            export` does): the model has seen nothing longer. Defaults to
+            min(128, model.max_length), 128 being the training default.
+        sub_batch_size: int. Rows decoded together inside one call: the
+            bound on a call's memory. Defaults to 64.
         max_length_a, max_length_b: floats. A row also stops after
             `a * source_tokens + b` tokens (its last one then [END]), so one
             row that never ends does not hold its batch to `max_length`.
@@ -66,6 +100,8 @@ class Translator(tf.Module):
         source_tokenizer,
         target_tokenizer,
         max_length: int | None = None,
+        max_source_length: int | None = None,
+        sub_batch_size: int = DEFAULT_SUB_BATCH_SIZE,
         max_length_a: float | None = DEFAULT_MAX_LENGTH_A,
         max_length_b: float = DEFAULT_MAX_LENGTH_B,
         beam_width: int = 4,
@@ -77,6 +113,18 @@ class Translator(tf.Module):
         super().__init__(name=name)
         if beam_width <= 0:
             raise ValueError(f"`beam_width` must be positive. Received: beam_width={beam_width}")
+        if sub_batch_size <= 0:
+            raise ValueError(
+                f"`sub_batch_size` must be positive. Received: sub_batch_size={sub_batch_size}"
+            )
+        positions = int(model.max_length)
+        if max_source_length is None:
+            max_source_length = min(DEFAULT_MAX_SOURCE_LENGTH, positions)
+        if not 2 <= max_source_length <= positions:
+            raise ValueError(
+                "`max_source_length` must be at least 2 ([START] and [END]) and at most the "
+                f"model's max_length ({positions}). Received: max_source_length={max_source_length}"
+            )
         # The Keras model is kept out of the tracked object graph (its
         # default save signature would trace it with float inputs); its
         # variables are tracked instead, which is all the traced functions use.
@@ -84,7 +132,8 @@ class Translator(tf.Module):
         self.model_variables = [_tf_variable(v) for v in model.variables]
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self.max_source_length = int(model.max_length)
+        self.max_source_length = int(max_source_length)
+        self.sub_batch_size = int(sub_batch_size)
         self.max_length = decoding.decode_length(
             model, max_length or min(DEFAULT_MAX_LENGTH, int(model.max_length))
         )
@@ -101,17 +150,30 @@ class Translator(tf.Module):
 
     # -- graph pieces --------------------------------------------------------
 
-    def source_ids(self, text):
-        """`(batch,)` strings -> int64 `(batch, length)` ids, truncated to max length."""
-        tokens = self.source_tokenizer.tokenize(text)
+    def source_tokens(self, text):
+        """`(batch,)` strings -> int64 ragged ids cut to `max_source_length`, and which were cut.
+
+        Returns:
+            ids: int64 `tf.RaggedTensor` `(batch, None)`, [START] ... [END].
+            truncated: bool `(batch,)`, True where the source was cut (at
+                `max_source_length` tokens, or first at its byte limit).
+        """
+        max_bytes = self.max_source_length * SOURCE_BYTES_PER_TOKEN
+        cut_bytes = tf.strings.length(text) > max_bytes
+        tokens = self.source_tokenizer.tokenize(tf.strings.substr(text, 0, max_bytes))
         # Keep [START] and [END]; cut the words between them.
-        words = tokens[:, 1:-1][:, : self.max_source_length - 2]
+        words = tokens[:, 1:-1]
+        room = self.max_source_length - 2
+        truncated = tf.logical_or(cut_bytes, words.row_lengths() > room)
+        words = words[:, :room]
         batch = tf.shape(text, out_type=tf.int64)[:1]
         start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
         end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
-        ids = tf.concat([start, words, end], axis=1).to_tensor()
-        # A zero-row batch has no columns; give it the two every row has.
-        return tf.reshape(ids, [-1, tf.maximum(tf.shape(ids)[1], 2)])
+        return tf.concat([start, words, end], axis=1), truncated
+
+    def source_ids(self, text):
+        """`(batch,)` strings -> int64 `(batch, length)` ids, cut to `max_source_length`."""
+        return _padded(self.source_tokens(text)[0])
 
     def row_limits(self, context_ids):
         """Most tokens each row may generate (None without the source-relative cap)."""
@@ -123,45 +185,70 @@ class Translator(tf.Module):
             source_lengths, self.max_length_a, self.max_length_b, self.max_length
         )
 
-    def _outputs(self, context_ids, result: decoding.DecodeResult) -> dict[str, tf.Tensor]:
+    def _translate(self, text, search) -> dict[str, tf.Tensor]:
+        """Every output of a search over `text` in sub-batches.
+
+        `search(context_ids, index) -> DecodeResult` decodes one sub-batch.
+        """
+        ids, truncated = self.source_tokens(text)
+        result = decoding.in_sub_batches(search, ids, self.sub_batch_size, self.max_length)
         ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
         return {
             "translation": self.target_tokenizer.detokenize(ragged),
             "score": result.scores,
+            "source_truncated": truncated,
             "tokens": result.tokens,
             "lengths": result.lengths,
-            "context_ids": context_ids,
+            "context_ids": _padded(ids),
         }
 
     @tf.function(input_signature=[TEXT_SPEC])
     def translate(self, text):
-        """Greedy translation: dict of translation, score (log-prob), tokens, lengths."""
-        context_ids = self.source_ids(text)
-        result = decoding.greedy_search(
-            self.model,
-            context_ids,
-            self.max_length,
-            stop_at_end=self.stop_at_end,
-            use_cache=self.use_cache,
-            row_limits=self.row_limits(context_ids),
-        )
-        return self._outputs(context_ids, result)
+        """Greedy translation: dict of translation, score (log-prob), source_truncated,
+        tokens, lengths, context_ids."""
+
+        def search(context_ids, index):
+            return decoding.greedy_search(
+                self.model,
+                context_ids,
+                self.max_length,
+                stop_at_end=self.stop_at_end,
+                use_cache=self.use_cache,
+                row_limits=self.row_limits(context_ids),
+            )
+
+        return self._translate(text, search)
 
     @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC])
     def translate_beam(self, text, beam_width):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
-        context_ids = self.source_ids(text)
-        result = decoding.beam_search(
-            self.model,
-            context_ids,
-            beam_width,
-            self.max_length,
-            self.length_penalty_alpha,
-            stop_at_end=self.stop_at_end,
-            use_cache=self.use_cache,
-            row_limits=self.row_limits(context_ids),
-        )
-        return self._outputs(context_ids, result)
+
+        def search(context_ids, index):
+            return decoding.beam_search(
+                self.model,
+                context_ids,
+                beam_width,
+                self.max_length,
+                self.length_penalty_alpha,
+                stop_at_end=self.stop_at_end,
+                use_cache=self.use_cache,
+                row_limits=self.row_limits(context_ids),
+            )
+
+        return self._translate(text, search)
+
+    @tf.function(input_signature=[])
+    def serving_limits(self):
+        """The bounds of this translator, readable from its SavedModel.
+
+        max_source_length: longest source in tokens ([START], [END] included);
+        sub_batch_size: rows decoded together; max_length: most generated tokens.
+        """
+        return {
+            "max_source_length": tf.constant(self.max_source_length),
+            "sub_batch_size": tf.constant(self.sub_batch_size),
+            "max_length": tf.constant(self.max_length),
+        }
 
     # -- eager convenience ---------------------------------------------------
 
@@ -187,9 +274,10 @@ class Translator(tf.Module):
                 with the token strings, for `plotting`.
 
         Returns:
-            dict with "translation" (bytes strings), "score", "tokens",
-            "lengths", "context_ids"; with attention also "attention",
-            "source_tokens" and "target_tokens" (ragged token strings).
+            dict with "translation" (bytes strings), "score",
+            "source_truncated", "tokens", "lengths", "context_ids"; with
+            attention also "attention", "source_tokens" and "target_tokens"
+            (ragged token strings).
         """
         if isinstance(texts, (str, bytes)):
             texts = [texts]
@@ -212,22 +300,21 @@ class Translator(tf.Module):
         return outputs
 
     def _sample(self, text, temperature, top_k, top_p, seed):
-        @tf.function
-        def run(text):
-            context_ids = self.source_ids(text)
-            result = decoding.sample(
+        def search(context_ids, index):
+            # Each sub-batch draws from its own stream of the seed.
+            sub_seed = None if seed is None else tf.cast(seed, tf.int64) + tf.cast(index, tf.int64)
+            return decoding.sample(
                 self.model,
                 context_ids,
                 self.max_length,
                 temperature,
                 top_k,
                 top_p,
-                seed,
+                sub_seed,
                 row_limits=self.row_limits(context_ids),
             )
-            return self._outputs(context_ids, result)
 
-        return run(text)
+        return tf.function(lambda text: self._translate(text, search))(text)
 
     def attention(self, context_ids, tokens) -> dict[str, Any]:
         """Cross-attention weights of the last decoder layer for decoded `tokens`.
@@ -248,6 +335,23 @@ class Translator(tf.Module):
             "source_tokens": source_tokens,
             "target_tokens": target_tokens,
         }
+
+
+def source_limit_of_run(config: dict) -> int | None:
+    """The longest source a training run learned from: its `max_tokens`, within the
+    model's max_length; None for a run directory's config.json that does not record it."""
+    limit = config.get("training", {}).get("max_tokens")
+    if limit is None:
+        return None
+    positions = config.get("model", {}).get("max_length")
+    return int(limit) if positions is None else min(int(limit), int(positions))
+
+
+def _padded(ids):
+    """Ragged source ids -> 0-padded `(batch, length)`; a zero-row batch gets the two
+    columns every row has."""
+    dense = ids.to_tensor()
+    return tf.reshape(dense, [-1, tf.maximum(tf.shape(dense)[1], 2)])
 
 
 def _tf_variable(variable):

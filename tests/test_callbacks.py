@@ -1,13 +1,14 @@
 """The callbacks of a training run (`callbacks.py`)."""
 
+import logging
 import time
 
 import keras
 import numpy as np
 import pytest
 
-from keras_transformer import run_dir
-from keras_transformer.callbacks import EpochCheckpoints, TimeBudget
+from keras_transformer import checkpoints, run_dir
+from keras_transformer.callbacks import Checkpoint, EpochCheckpoints, TimeBudget
 from keras_transformer.losses import MaskedLoss
 from tests.helpers import assert_close, tiny_transformer
 
@@ -28,9 +29,15 @@ def test_time_budget_stops_after_the_epoch_that_passes_it():
         TimeBudget(minutes=0)
 
 
-def test_epoch_checkpoints_keep_the_last_epochs(tmp_path):
+def _compiled_model() -> keras.Model:
     model = tiny_transformer()
-    model.compile(optimizer="adam", loss=MaskedLoss())
+    # Eager: a few steps of a tiny model cost less than tracing the train step.
+    model.compile(optimizer="adam", loss=MaskedLoss(), run_eagerly=True)
+    return model
+
+
+def test_epoch_checkpoints_keep_the_last_epochs(tmp_path):
+    model = _compiled_model()
     ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
     model.fit((ids, ids), ids, epochs=3, verbose=0, callbacks=[EpochCheckpoints(tmp_path, keep=2)])
     kept = run_dir.epoch_checkpoints(tmp_path)
@@ -41,3 +48,70 @@ def test_epoch_checkpoints_keep_the_last_epochs(tmp_path):
     assert_close(restored((ids, ids)), model((ids, ids)), atol=0)
     with pytest.raises(ValueError, match="keep"):
         EpochCheckpoints(tmp_path, keep=0)
+
+
+def _fit_one_epoch(model, callback, val_loss: float) -> None:
+    """One epoch whose validation loss the callback sees as `val_loss`."""
+    ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
+    callback.set_model(model)
+    callback.on_train_begin()
+    model.fit((ids, ids), ids, epochs=1, verbose=0)
+    callback.on_epoch_end(0, {"loss": 1.0, "val_loss": val_loss})
+
+
+def test_the_best_checkpoint_threshold_comes_from_the_file_on_disk(tmp_path):
+    model = _compiled_model()
+    best = tmp_path / "best.keras"
+    # The history says 0.5 was reached, but the file on disk holds 2.0 (a run
+    # killed after writing it, before recording the epoch): 1.5 is better.
+    checkpoints.save_checkpoint(model, best, epoch=3, val_loss=2.0)
+    callback = Checkpoint(best, best_only=True, best_before=0.5)
+    _fit_one_epoch(model, callback, val_loss=1.5)
+    assert checkpoints.read_record(best) == {"epoch": 1, "val_loss": 1.5}
+    _fit_one_epoch(model, callback, val_loss=1.7)  # worse: kept
+    assert checkpoints.read_record(best)["val_loss"] == 1.5
+    # A best checkpoint of an earlier version, without a record, counts as best_before.
+    model.save(best)
+    callback = Checkpoint(best, best_only=True, best_before=0.5)
+    _fit_one_epoch(model, callback, val_loss=0.7)
+    assert checkpoints.read_record(best) == {}
+
+
+def test_a_truncated_or_missing_best_checkpoint_is_written_by_the_next_epoch(tmp_path, caplog):
+    model = _compiled_model()
+    best = tmp_path / "checkpoints" / "best.keras"
+    # As an in-place write killed halfway left it; the history's best (0.1) is
+    # lower than any later epoch will reach, which kept it truncated for good.
+    checkpoints.save_checkpoint(model, best, epoch=1, val_loss=0.1)
+    best.write_bytes(best.read_bytes()[:3000])
+    callback = Checkpoint(best, best_only=True, best_before=0.1)
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.callbacks"):
+        _fit_one_epoch(model, callback, val_loss=9.0)
+    assert "best.keras is unreadable; the next epoch writes it again" in caplog.text
+    assert checkpoints.read_record(best) == {"epoch": 1, "val_loss": 9.0}
+    checkpoints.load_model(best)
+    best.unlink()
+    callback = Checkpoint(best, best_only=True, best_before=0.1)
+    _fit_one_epoch(model, callback, val_loss=8.0)
+    assert checkpoints.read_record(best)["val_loss"] == 8.0
+
+
+def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
+    model = _compiled_model()
+    last = tmp_path / "last.keras"
+    checkpoints.save_checkpoint(model, last, epoch=1)
+
+    class Killed(Exception):
+        pass
+
+    def save_half(self, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04 half a zip")
+        raise Killed
+
+    monkeypatch.setattr(type(model), "save", save_half)
+    callback = Checkpoint(last)
+    with pytest.raises(Killed):
+        _fit_one_epoch(model, callback, val_loss=1.0)
+    assert checkpoints.read_record(last) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.keras"]

@@ -316,6 +316,10 @@ def test_train_user_errors(tmp_path, capsys):
     not_json.write_text("{epochs: 3}")
     message = user_error(capsys, run + ["--config", str(not_json)])
     assert message.startswith(f"Config file {not_json} is not valid JSON")
+    latin_1 = tmp_path / "latin_1.json"
+    latin_1.write_bytes(b'{"src": "caf\xe9.txt"}')
+    message = user_error(capsys, run + ["--config", str(latin_1)])
+    assert message.startswith(f"Config file {latin_1} is not valid JSON")
     message = user_error(capsys, run + ["--config", str(tmp_path / "none.json")])
     assert message.startswith(f"Config file {tmp_path / 'none.json'} cannot be read")
     unknown = tmp_path / "unknown.json"

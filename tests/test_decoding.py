@@ -181,3 +181,50 @@ def test_source_relative_cap_bounds_every_row(tiny, search):
 def test_source_relative_limits():
     limits = decoding.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
     np.testing.assert_array_equal(limits, [10, 16, 50])
+
+
+def _sub_batch_search(tiny, search, seen=None):
+    """`search` ("greedy" or "beam") as `in_sub_batches` calls it, noting each sub-batch's shape."""
+
+    def run(context_ids, index):
+        if seen is not None:
+            seen.append(tuple(context_ids.shape))
+        if search == "greedy":
+            return decoding.greedy_search(tiny.model, context_ids, MAX_LENGTH)
+        return decoding.beam_search(tiny.model, context_ids, 3, MAX_LENGTH)
+
+    return run
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_sub_batches_give_the_results_of_one_batch(tiny, search):
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
+    whole = _sub_batch_search(tiny, search)(ragged.to_tensor(), 0)
+    seen = []
+    parts = decoding.in_sub_batches(_sub_batch_search(tiny, search, seen), ragged, 3, MAX_LENGTH)
+    # 16 rows, 3 at a time, in the rows' own order again.
+    assert [rows for rows, _ in seen] == [3, 3, 3, 3, 3, 1]
+    np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
+    np.testing.assert_array_equal(parts.lengths.numpy(), whole.lengths.numpy())
+    np.testing.assert_allclose(parts.scores.numpy(), whole.scores.numpy(), atol=1e-5)
+    # Traced, as in the SavedModel.
+    traced = tf.function(
+        lambda ids: decoding.in_sub_batches(_sub_batch_search(tiny, search), ids, 5, MAX_LENGTH)
+    )
+    np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
+    assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
+
+
+def test_a_long_row_pads_only_its_own_sub_batch(tiny):
+    """Rows are sorted by length: the long row shares its sub-batch with the next longest
+    rows, and every other sub-batch is as narrow as its own rows."""
+    sentences = ["one"] * 7 + [" ".join(["two"] * 20)] + ["three four"] * 8
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(sentences))
+    seen = []
+    search = _sub_batch_search(tiny, "greedy", seen)
+    result = decoding.in_sub_batches(search, ragged, 4, MAX_LENGTH)
+    assert seen == [(4, 3), (4, 4), (4, 4), (4, 22)]
+    alone = decoding.greedy_search(tiny.model, ragged[7:8].to_tensor(), MAX_LENGTH)
+    np.testing.assert_array_equal(result.tokens.numpy()[7], alone.tokens.numpy()[0])
+    with pytest.raises(ValueError, match="sub_batch_size"):
+        decoding.in_sub_batches(search, ragged, 0, MAX_LENGTH)

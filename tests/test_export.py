@@ -1,6 +1,7 @@
 """SavedModel export: TF Serving layout, signatures, and a fresh process without the library."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,40 @@ def test_saved_model_cli_lists_the_signatures(exported):
         assert expected in shown.stdout
     assert "inputs['text']" in shown.stdout and "outputs['translation']" in shown.stdout
     assert "outputs['score']" in shown.stdout and "DT_STRING" in shown.stdout
+
+
+def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_up(
+    exported, monkeypatch
+):
+    translator, root, _ = exported
+    model_dir = root / "killed"
+    model_dir.mkdir()
+    # Staging directories that killed exports left: one of an earlier version, one
+    # of a process that is gone, and one of an export still running (this process).
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    left = [model_dir / ".1-abcd_123", model_dir / f".1-{gone.pid}-abcd_123"]
+    running = model_dir / f".7-{os.getpid()}-abcd_123"
+    for path in [*left, running]:
+        path.mkdir()
+        (path / "saved_model.pb").write_bytes(b"half")
+
+    class Killed(Exception):
+        pass
+
+    def die_mid_write(obj, path, **kwargs):
+        Path(path, "saved_model.pb").write_bytes(b"half")
+        raise Killed
+
+    monkeypatch.setattr(export.tf.saved_model, "save", die_mid_write)
+    with pytest.raises(Killed):
+        export.export_translator(translator, root, "killed")
+    monkeypatch.undo()
+    # No version is visible to TF Serving, whole or half.
+    assert not [p for p in model_dir.iterdir() if p.name.isdigit()]
+    with pytest.raises(FileNotFoundError):
+        export.latest_version_dir(model_dir)
+    path = export.export_translator(translator, root, "killed")
+    assert path == model_dir / "1" and (path / "saved_model.pb").stat().st_size > 1000
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(["1", running.name])
+    assert export.next_version(model_dir) == 2

@@ -120,21 +120,17 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
         "2",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    metadata = tmp_path / "run" / run_dir.BACKUP_DIR / "training_metadata.json"
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
+    # history.json records an epoch done once its backup is written (backup.py).
     while time.time() < deadline and first.poll() is None:
-        if metadata.is_file():
-            try:
-                if json.loads(metadata.read_text())["epoch"] >= 1:
-                    break
-            except (ValueError, KeyError):
-                pass  # being written
+        if run_dir.read_history(tmp_path / "run"):
+            break
         time.sleep(0.05)
     assert first.poll() is None, "the run ended before it could be killed"
     first.send_signal(signal.SIGKILL)
     first.communicate()
-    backed_up = json.loads(metadata.read_text())["epoch"]
+    backed_up = len(run_dir.read_history(tmp_path / "run"))
     assert 1 <= backed_up < 5
 
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)

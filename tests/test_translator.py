@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.translator import Translator
+from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
+from tests.helpers import tiny_transformer
 
 BAD_INPUTS = [
     "",
@@ -114,3 +115,64 @@ def test_source_relative_cap_reaches_every_search(tiny_translation_model):
     np.testing.assert_array_equal(
         default(tiny.sentences)["tokens"], uncapped(tiny.sentences)["tokens"]
     )
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_sub_batches_give_the_translations_of_one_batch(tiny_translation_model, method):
+    tiny = tiny_translation_model
+    texts = tiny.sentences + BAD_INPUTS + tiny.sentences[::-1]
+
+    def run(sub_batch_size):
+        translator = Translator(
+            tiny.model,
+            tiny.source_tokenizer,
+            tiny.target_tokenizer,
+            max_length=16,
+            sub_batch_size=sub_batch_size,
+        )
+        return translator(texts, method=method, beam_width=3)
+
+    parts, whole = run(3), run(1000)
+    for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
+        np.testing.assert_array_equal(parts[key].numpy(), whole[key].numpy(), err_msg=key)
+    np.testing.assert_allclose(parts["score"].numpy(), whole["score"].numpy(), atol=1e-5)
+
+
+def test_overlong_sources_are_cut_at_the_limit_and_flagged(tiny_translation_model):
+    tiny = tiny_translation_model
+    translator = Translator(
+        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_source_length=8
+    )
+    six, seven = "one two three four five six", "one two three four five six seven"
+    # 1 MB: cut at 8 * 64 bytes before it is tokenized, and flagged.
+    huge = "nine " * 200_000
+    # Few tokens but many bytes: cut at the byte limit, and flagged all the same.
+    spaced = "one" + " " * 1000 + "two"
+    outputs = translator([six, seven, huge, spaced, ""])
+    assert outputs["source_truncated"].numpy().tolist() == [False, True, True, True, False]
+    # [START], six words, [END]: the longest source the model sees.
+    assert outputs["context_ids"].shape[1] == 8
+    translations = outputs["translation"].numpy()
+    assert translations[0] == translations[1] == b"1 2 3 4 5 6"
+    assert translations[2] == translator(["nine " * 6])["translation"].numpy()[0]
+    assert translations[3] == translator(["one"])["translation"].numpy()[0]
+
+
+def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
+    tiny = tiny_translation_model
+    tokenizers = (tiny.source_tokenizer, tiny.target_tokenizer)
+    # The tiny model has 24 positions: the default limit is the smaller of 128 and that.
+    assert Translator(tiny.model, *tokenizers).max_source_length == 24
+    # A model with 2048 positions is cut at 128 tokens, not 2048.
+    wide = tiny_transformer(vocab_size=tiny.source_tokenizer.vocab_size, max_length=2048)
+    translator = Translator(wide, *tokenizers, max_length=4)
+    assert translator.max_source_length == DEFAULT_MAX_SOURCE_LENGTH == 128
+    outputs = translator([" ".join(["seven"] * 3000)])
+    assert outputs["context_ids"].shape == (1, 128) and outputs["source_truncated"].numpy()[0]
+    limits = {k: int(v) for k, v in translator.serving_limits().items()}
+    assert limits == {"max_source_length": 128, "sub_batch_size": 64, "max_length": 4}
+    for kwargs in ({"max_source_length": 25}, {"max_source_length": 1}):
+        with pytest.raises(ValueError, match="max_source_length"):
+            Translator(tiny.model, *tokenizers, **kwargs)
+    with pytest.raises(ValueError, match="sub_batch_size"):
+        Translator(tiny.model, *tokenizers, sub_batch_size=0)

@@ -18,8 +18,13 @@ from keras_transformer.export import (
     load_translator,
     translate_texts,
 )
-from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE
-from keras_transformer.translator import DEFAULT_MAX_LENGTH, Translator
+from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE, read_config
+from keras_transformer.translator import (
+    DEFAULT_MAX_LENGTH,
+    DEFAULT_MAX_SOURCE_LENGTH,
+    Translator,
+    source_limit_of_run,
+)
 
 
 def add_translate_parser(subparsers) -> None:
@@ -102,6 +107,23 @@ def add_export_parser(subparsers) -> None:
         f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
     )
     parser.add_argument(
+        "--max-source-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut sources at N tokens, [START] and [END] included, and flag them in the "
+        "source_truncated output (default: the run's max_tokens, the longest source it "
+        f"trained on; {DEFAULT_MAX_SOURCE_LENGTH} for runs that do not record it)",
+    )
+    parser.add_argument(
+        "--sub-batch-size",
+        type=int,
+        default=translator_defaults["sub_batch_size"].default,
+        metavar="N",
+        help="rows decoded together inside one call: bounds a request's memory and the wait "
+        "it imposes on other requests (default: %(default)s)",
+    )
+    parser.add_argument(
         "--average-last",
         type=int,
         default=None,
@@ -139,7 +161,17 @@ def add_export_parser(subparsers) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
 
-    require_positive(args, "version", "max_length", "beam_width", "max_length_a", "average_last")
+    require_positive(
+        args,
+        "version",
+        "max_length",
+        "max_source_length",
+        "sub_batch_size",
+        "beam_width",
+        "max_length_a",
+        "average_last",
+    )
+    max_source_length = args.max_source_length or source_limit_of_run(read_config(args.run_dir))
     path = export_run(
         args.run_dir,
         args.export_root,
@@ -147,6 +179,8 @@ def run_export(args: argparse.Namespace) -> int:
         args.version,
         average_last=args.average_last,
         max_length=args.max_length,
+        max_source_length=max_source_length,
+        sub_batch_size=args.sub_batch_size,
         max_length_a=args.max_length_a,
         max_length_b=args.max_length_b,
         beam_width=args.beam_width,

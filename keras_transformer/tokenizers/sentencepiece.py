@@ -35,6 +35,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
     gen_sentencepiece_tokenizer as sentencepiece_ops,
 )
 
+from keras_transformer.atomic import write_atomically
 from keras_transformer.constants import (
     END,
     END_ID,
@@ -176,10 +177,7 @@ def write_sentencepiece_model(model_proto: bytes, path: str | os.PathLike) -> st
     The file is written under a temporary name and renamed into place, so a
     kill mid-write never leaves half a model that a resumed run would use.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(model_proto)
-    os.replace(tmp, path)
+    path = write_atomically(path, lambda tmp: tmp.write_bytes(model_proto))
     return os.fspath(path)
 
 

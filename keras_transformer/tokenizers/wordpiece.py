@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as vocab_learner
 
+from keras_transformer.atomic import write_atomically
 from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID, UNK, UNK_ID
 from keras_transformer.tokenizers.normalization import check_normalization_form, normalize_text
 
@@ -61,11 +61,8 @@ def write_vocabulary(vocab: list[str], path: str | os.PathLike) -> str:
     The file is written under a temporary name and renamed into place, so a
     kill mid-write never leaves half a vocabulary that a resumed run would use.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(token + "\n" for token in vocab)
-    os.replace(tmp, path)
+    text = "".join(token + "\n" for token in vocab)
+    path = write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return os.fspath(path)
 
 
