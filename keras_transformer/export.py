@@ -4,11 +4,15 @@ The SavedModel holds the tokenizers, the weights and the decoding loops, and
 needs nothing but TensorFlow and tensorflow-text to run:
 
     serving_default: text (string, [None]) -> translation (string, [None]),
-                     score (float32, [None])            greedy decoding
+                     score (float32, [None]),
+                     source_truncated (bool, [None])    greedy decoding
     beam_search:     same input and outputs             beam search, the exported width
 
-Loaded with `tf.saved_model.load`, it also offers `translate(text)` and
-`translate_beam(text, beam_width)` (any width) with token ids.
+`source_truncated` is True for a row whose source was longer than the
+export's source limit and was cut there. Loaded with `tf.saved_model.load`, it
+also offers `translate(text)` and `translate_beam(text, beam_width)` (any
+width) with token ids, and `serving_limits()`: the source limit, the rows
+decoded together and the most generated tokens it was exported with.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from keras_transformer.run_dir import load_run
 from keras_transformer.translator import TEXT_SPEC, Translator
 
 DEFAULT_EXPORT_ROOT = "saved_models"
-SIGNATURE_OUTPUTS = ("translation", "score")
+SIGNATURE_OUTPUTS = ("translation", "score", "source_truncated")
 
 
 def next_version(model_dir: str | os.PathLike) -> int:
@@ -160,8 +164,14 @@ def export_run(
     **translator_kwargs,
 ) -> Path:
     """Exports the best checkpoint of a training run directory (see `run_dir.py`), or with
-    `average_last=N` the average of its last N epoch checkpoints."""
-    model, source_tokenizer, target_tokenizer, _ = load_run(run_dir, average_last=average_last)
+    `average_last=N` the average of its last N epoch checkpoints.
+
+    Sources are cut where the run's training cut them (`source_limit_of_run`)
+    unless `max_source_length` is given.
+    """
+    model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
+    if translator_kwargs.get("max_source_length") is None:
+        translator_kwargs["max_source_length"] = source_limit_of_run(config)
     return export_translator(
         model,
         export_root,
@@ -171,6 +181,17 @@ def export_run(
         target_tokenizer=target_tokenizer,
         **translator_kwargs,
     )
+
+
+def source_limit_of_run(config: dict) -> int | None:
+    """The longest source a training run learned from, [START] and [END] included: its
+    `max_tokens` (longer sources were cut or dropped), within the model's max_length.
+    None for a run whose config.json does not record it (the Translator's default then)."""
+    limit = config.get("training", {}).get("max_tokens")
+    if limit is None:
+        return None
+    positions = config.get("model", {}).get("max_length")
+    return int(limit) if positions is None else min(int(limit), int(positions))
 
 
 def load_translator(path: str | os.PathLike):

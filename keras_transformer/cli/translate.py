@@ -18,12 +18,11 @@ from keras_transformer.export import (
     load_translator,
     translate_texts,
 )
-from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE, read_config
+from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 from keras_transformer.translator import (
     DEFAULT_MAX_LENGTH,
     DEFAULT_MAX_SOURCE_LENGTH,
     Translator,
-    source_limit_of_run,
 )
 
 
@@ -171,7 +170,6 @@ def run_export(args: argparse.Namespace) -> int:
         "max_length_a",
         "average_last",
     )
-    max_source_length = args.max_source_length or source_limit_of_run(read_config(args.run_dir))
     path = export_run(
         args.run_dir,
         args.export_root,
@@ -179,7 +177,7 @@ def run_export(args: argparse.Namespace) -> int:
         args.version,
         average_last=args.average_last,
         max_length=args.max_length,
-        max_source_length=max_source_length,
+        max_source_length=args.max_source_length,
         sub_batch_size=args.sub_batch_size,
         max_length_a=args.max_length_a,
         max_length_b=args.max_length_b,
