@@ -199,22 +199,37 @@ def load_translator(path: str | os.PathLike):
     return tf.saved_model.load(str(latest_version_dir(path)))
 
 
-def translate_texts(
+def translate_rows(
     saved_model,
     texts: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
-) -> list[tuple[str, float]]:
-    """(translation, score) per text with a loaded SavedModel, `batch_size` rows per call."""
-    results: list[tuple[str, float]] = []
+) -> list[tuple[str, float, bool]]:
+    """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
+    rows per call. source_truncated is False throughout with exports made before it existed."""
+    results: list[tuple[str, float, bool]] = []
     for start in range(0, len(texts), batch_size):
         text = tf.constant(texts[start : start + batch_size], tf.string)
         if beam_width is None:
             outputs = saved_model.signatures["serving_default"](text=text)
         else:
             outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
+        translations = outputs["translation"].numpy()
+        truncated = outputs.get("source_truncated", tf.zeros(len(translations), tf.bool))
         results.extend(
-            (t.decode("utf-8", errors="replace"), float(s))
-            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy(), strict=True)
+            (t.decode("utf-8", errors="replace"), float(s), bool(c))
+            for t, s, c in zip(
+                translations, outputs["score"].numpy(), truncated.numpy(), strict=True
+            )
         )
     return results
+
+
+def translate_texts(
+    saved_model,
+    texts: list[str | bytes],
+    beam_width: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[str, float]]:
+    """(translation, score) per text: `translate_rows` without the truncation flag."""
+    return [row[:2] for row in translate_rows(saved_model, texts, beam_width, batch_size)]

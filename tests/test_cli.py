@@ -212,6 +212,15 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, caps
     text = ["one two three four five", "one two three four five six seven eight nine"]
     assert first.translate(text)["source_truncated"].numpy().tolist() == [False, True]
     assert second.translate(text)["source_truncated"].numpy().tolist() == [True, True]
+    # `translate` says which rows were cut, apart from the translations.
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", str(root / "numbers" / "1"), *text, "two"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3
+    assert err == (
+        "keras-transformer: note: 1 of 3 sources were longer than the model's source limit "
+        "and were cut there before translating (rows 2)\n"
+    )
     # Bad limits: one line each, and no export.
     assert user_error(capsys, argv + ["--sub-batch-size", "0"]) == (
         "--sub-batch-size must be positive, got 0"

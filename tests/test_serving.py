@@ -89,22 +89,49 @@ def _assert_answered(answer: dict, rows: int):
     assert np.all(np.isfinite(scores)) and np.all(scores <= 0)
 
 
-def test_hostile_rows_alone_and_among_others(exported):
+@pytest.fixture(scope="module")
+def answers(exported) -> dict:
+    """The normal rows, zero rows, each hostile row alone, and all of them in one request."""
     normal = [t.encode() for t in NORMAL]
     hostile = [row for row, _ in HOSTILE.values()]
-    requests = [normal, [], *([row] for row in hostile), normal[:2] + hostile + normal[2:]]
-    alone, none, *answers, mixed = _serve(exported, requests)
-    assert alone["translation"][0] == "3 1 4"
-    _assert_answered(none, 0)
-    for (name, (_, cut)), answer in zip(HOSTILE.items(), answers, strict=True):
-        _assert_answered(answer, 1)
-        assert answer["source_truncated"] == [cut], name
-    _assert_answered(mixed, len(requests[-1]))
-    # Every row reads as it does alone: no row shifts or spoils another.
-    assert mixed["translation"][:2] + mixed["translation"][-2:] == alone["translation"]
-    assert mixed["translation"][2:-2] == [a["translation"][0] for a in answers]
-    cut = [c for _, c in HOSTILE.values()]
-    assert mixed["source_truncated"] == [False, False, *cut, False, False]
+    mixed = normal[:2] + hostile + normal[2:]
+    normal_answer, none, *alone, mixed_answer = _serve(
+        exported, [normal, [], *([row] for row in hostile), mixed]
+    )
+    _assert_answered(mixed_answer, len(mixed))
+    return {
+        "normal": normal_answer,
+        "none": none,
+        "alone": dict(zip(HOSTILE, alone, strict=True)),
+        # The answer of each row of the mixed request, by its name (or index, normal rows).
+        "mixed": {
+            name: (mixed_answer["translation"][i], mixed_answer["source_truncated"][i])
+            for i, name in enumerate([0, 1, *HOSTILE, 2, 3])
+        },
+    }
+
+
+def test_normal_rows_and_a_request_of_zero_rows(answers):
+    _assert_answered(answers["normal"], len(NORMAL))
+    assert answers["normal"]["translation"][0] == "3 1 4"
+    assert answers["normal"]["source_truncated"] == [False] * len(NORMAL)
+    _assert_answered(answers["none"], 0)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_row_is_answered_alone_and_among_others(answers, name):
+    _, cut = HOSTILE[name]
+    alone = answers["alone"][name]
+    _assert_answered(alone, 1)
+    assert alone["source_truncated"] == [cut]
+    # Among normal rows and the other hostile ones, it reads as it does alone.
+    assert answers["mixed"][name] == (alone["translation"][0], cut)
+
+
+def test_hostile_rows_leave_their_neighbours_alone(answers):
+    normal = answers["normal"]
+    expected = list(zip(normal["translation"], normal["source_truncated"], strict=True))
+    assert [answers["mixed"][i] for i in range(len(NORMAL))] == expected
 
 
 def test_ten_thousand_rows_in_one_request(exported):
