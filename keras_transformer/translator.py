@@ -59,7 +59,9 @@ class Translator(tf.Module):
     Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
     source length together (`decoding.in_sub_batches`), so neither its memory
     nor the wait it imposes on other callers grows with its row count or its
-    longest row beyond one sub-batch of `max_source_length` tokens.
+    longest row beyond one sub-batch of `max_source_length` tokens (the wait
+    as long as the server has an inter-op thread per call it serves at once:
+    see benchmarks/README.md).
 
     Args:
         model: a built `Transformer`.
@@ -167,10 +169,6 @@ class Translator(tf.Module):
         start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
         end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
         return tf.concat([start, words, end], axis=1), truncated
-
-    def source_ids(self, text):
-        """`(batch,)` strings -> int64 `(batch, length)` ids, cut to `max_source_length`."""
-        return _padded(self.source_tokens(text)[0])
 
     def row_limits(self, context_ids):
         """Most tokens each row may generate (None without the source-relative cap)."""
