@@ -19,7 +19,7 @@ load, one row per call); an exception is an error. A request still running at
 the deadline is waited for.
 
 Figures: requests, rows, errors, wrong answers, mismatches, latency p50/p99 per
-kind, resident memory (RSS) after loading, after the first calls, at its peak
+kind (and of a one-row request before the load, for scale), resident memory (RSS) after loading, after the first calls, at its peak
 under the load and at the end. `long_row_cost` measures what one 3,000-word row
 adds to the peak memory of a batch, each figure in its own fresh process.
 
@@ -150,8 +150,9 @@ def run_load(
         without one finite score <= 0 per row, or with a wrong
         `source_truncated`), "mismatched" (normal rows
         read differently than alone), "first_errors", "kinds" (per kind:
-        requests, rows, errors, p50, p99, max seconds), "rss_mb" (loaded, warm,
-        peak, end), "wall_seconds", and the arguments.
+        requests, rows, errors, p50, p99, max seconds), "unloaded_p50" (a
+        one-row request before the load), "rss_mb" (loaded, warm, peak, end),
+        "wall_seconds", and the arguments.
     """
     if threads < 1 or seconds <= 0:
         raise ValueError(f"threads and seconds must be positive. Received: {threads}, {seconds}")
@@ -306,6 +307,12 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
     hostile = list(hostile_by_name.values())
     # Each normal row alone: what it must read like inside any request.
     reference = {s: call([s])["translation"][0] for s in sentences}
+    # The same one-row calls again, timed: what a small request costs with no load.
+    unloaded = []
+    for sentence in sentences:
+        start = time.perf_counter()
+        call([sentence])
+        unloaded.append(time.perf_counter() - start)
     call(hostile)
     rss_warm = _rss_mb()
 
@@ -413,6 +420,7 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
         # Every request: kind, rows, seconds from the start, seconds taken, answered.
         log=[(r[0], r[1], round(r[4], 3), round(r[2], 3), r[3]) for r in records],
         wall_seconds=wall,
+        unloaded_p50=_percentile(unloaded, 50),
         rss_mb={
             "start": rss_start,
             "loaded": rss_loaded,
@@ -453,6 +461,7 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
     rss = figures["rss_mb"]
     lines += [
         "",
+        f"one-row request with no load: p50 {figures['unloaded_p50']:.3f} s",
         f"wrong answers (row count, score, source_truncated): {figures['wrong']}; normal rows "
         f"read differently than alone: {figures['mismatched']}",
         f"RSS MB: loaded {rss['loaded']:.0f}, after the first calls {rss['warm']:.0f}, "
