@@ -19,8 +19,9 @@ load, one row per call); an exception is an error. A request still running at
 the deadline is waited for.
 
 Figures: requests, rows, errors, wrong answers, mismatches, latency p50/p99 per
-kind (and of a one-row request before the load, for scale), resident memory (RSS) after loading, after the first calls, at its peak
-under the load and at the end. `long_row_cost` measures what one 3,000-word row
+kind (and of a one-row request before the load, for scale), resident memory
+(RSS) after loading, after the first calls, at its peak under the load and at
+the end. `long_row_cost` measures what one 3,000-word row
 adds to the peak memory of a batch, each figure in its own fresh process.
 
 The figures of the README's reliability section (the demo export: `keras-transformer
@@ -29,7 +30,7 @@ demo` trains it in a few CPU minutes and exports it to saved_models/demo/):
     keras-transformer demo
     PYTHONPATH=. python benchmarks/serving_load.py saved_models/demo --threads 8 --seconds 60
 
-A quick check that it runs (about 3 minutes): `--seconds 15 --long-row 16`.
+A quick check that it runs (about a minute on 2 cores): `--seconds 15 --long-row 16`.
 
 This module imports only the standard library at the top, so that other
 benchmarks (benchmarks/faults.py) can import `run_load` and `long_row_cost`.
