@@ -118,8 +118,9 @@ def export_translator(
         name: the model name TF Serving serves it under.
         version: integer version; defaults to the next free one. An existing
             version is never overwritten.
-        **translator_kwargs: `Translator` arguments (max_length, beam_width,
-            length_penalty_alpha) when a model is given.
+        **translator_kwargs: `Translator` arguments (max_length,
+            max_source_length, sub_batch_size, beam_width, ...) when a model
+            is given.
     """
     if isinstance(translator_or_model, Translator):
         if source_tokenizer or target_tokenizer or translator_kwargs:
