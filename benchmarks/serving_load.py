@@ -12,17 +12,25 @@ keras_transformer), then called through its `serving_default` signature from
 Rows are normal sentences mixed with hostile ones: empty, whitespace only, a
 3,000-word row, undecodable bytes, out-of-vocabulary characters, a 1 MB
 string, control characters, right-to-left text, combining characters. Every
-answer is checked: one translation and one finite score <= 0 per row, and a
+answer is checked: one translation and one finite score <= 0 per row, the
+3,000-word and 1 MB rows reported cut (`source_truncated`) and no normal row, and a
 normal row must read as it does when translated alone (computed before the
 load, one row per call); an exception is an error. A request still running at
 the deadline is waited for.
 
 Figures: requests, rows, errors, wrong answers, mismatches, latency p50/p99 per
-kind, resident memory (RSS) after loading, after the first calls, at its peak
-under the load and at the end. `long_row_cost` measures what one 3,000-word row
+kind (and of a one-row request before the load, for scale), resident memory
+(RSS) after loading, after the first calls, at its peak under the load and at
+the end. `long_row_cost` measures what one 3,000-word row
 adds to the peak memory of a batch, each figure in its own fresh process.
 
-    nice python benchmarks/serving_load.py saved_models/demo --threads 8 --seconds 60
+The figures of the README's reliability section (the demo export: `keras-transformer
+demo` trains it in a few CPU minutes and exports it to saved_models/demo/):
+
+    keras-transformer demo
+    PYTHONPATH=. python benchmarks/serving_load.py saved_models/demo --threads 8 --seconds 60
+
+A quick check that it runs (about a minute on 2 cores): `--seconds 15 --long-row 16`.
 
 This module imports only the standard library at the top, so that other
 benchmarks (benchmarks/faults.py) can import `run_load` and `long_row_cost`.
@@ -140,10 +148,12 @@ def run_load(
 
     Returns:
         A dict of figures: "requests", "rows", "errors", "wrong" (answers
-        without one finite score <= 0 per row), "mismatched" (normal rows
+        without one finite score <= 0 per row, or with a wrong
+        `source_truncated`), "mismatched" (normal rows
         read differently than alone), "first_errors", "kinds" (per kind:
-        requests, rows, errors, p50, p99, max seconds), "rss_mb" (loaded, warm,
-        peak, end), "wall_seconds", and the arguments.
+        requests, rows, errors, p50, p99, max seconds), "unloaded_p50" (a
+        one-row request before the load), "rss_mb" (loaded, warm, peak, end),
+        "wall_seconds", and the arguments.
     """
     if threads < 1 or seconds <= 0:
         raise ValueError(f"threads and seconds must be positive. Received: {threads}, {seconds}")
@@ -298,6 +308,12 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
     hostile = list(hostile_by_name.values())
     # Each normal row alone: what it must read like inside any request.
     reference = {s: call([s])["translation"][0] for s in sentences}
+    # The same one-row calls again, timed: what a small request costs with no load.
+    unloaded = []
+    for sentence in sentences:
+        start = time.perf_counter()
+        call([sentence])
+        unloaded.append(time.perf_counter() - start)
     call(hostile)
     rss_warm = _rss_mb()
 
@@ -325,12 +341,18 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
             rows[rng.randrange(size)] = hostile_by_name["3000 words"]
         return rows
 
+    # Rows whose source must be reported cut, and (the normal ones) must not.
+    overlong = {hostile_by_name["3000 words"], hostile_by_name["1 MB"]}
+
     def check(rows: list[bytes], out: dict) -> tuple[bool, int]:
         translations, scores = out["translation"], out["score"]
         ok = len(translations) == len(scores) == len(rows)
         ok = ok and all(math.isfinite(s) and s <= 0 for s in scores)
-        if "source_truncated" in out:
-            ok = ok and len(out["source_truncated"]) == len(rows)
+        if "source_truncated" in out:  # exports made before it have no such output
+            cut = out["source_truncated"]
+            ok = ok and len(cut) == len(rows)
+            ok = ok and all(c for row, c in zip(rows, cut) if row in overlong)
+            ok = ok and not any(c for row, c in zip(rows, cut) if row in reference)
         if not ok:
             return False, 0
         mismatched = sum(
@@ -399,6 +421,7 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
         # Every request: kind, rows, seconds from the start, seconds taken, answered.
         log=[(r[0], r[1], round(r[4], 3), round(r[2], 3), r[3]) for r in records],
         wall_seconds=wall,
+        unloaded_p50=_percentile(unloaded, 50),
         rss_mb={
             "start": rss_start,
             "loaded": rss_loaded,
@@ -439,8 +462,9 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
     rss = figures["rss_mb"]
     lines += [
         "",
-        f"wrong answers (row count, score): {figures['wrong']}; normal rows read differently "
-        f"than alone: {figures['mismatched']}",
+        f"one-row request with no load: p50 {figures['unloaded_p50']:.3f} s",
+        f"wrong answers (row count, score, source_truncated): {figures['wrong']}; normal rows "
+        f"read differently than alone: {figures['mismatched']}",
         f"RSS MB: loaded {rss['loaded']:.0f}, after the first calls {rss['warm']:.0f}, "
         f"peak {rss['peak']:.0f} (+{rss['peak'] - rss['loaded']:.0f} over loaded), "
         f"end {rss['end']:.0f}",
@@ -456,7 +480,8 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
     small = figures["kinds"].get("small")
     checks = [
         ("0 errors", figures["errors"] == 0),
-        ("one translation and a finite score per row", figures["wrong"] == 0),
+        ("one translation, a finite score and the right truncation per row", figures["wrong"] == 0),
+        ("normal rows read as translated alone", figures["mismatched"] == 0),
         ("peak RSS <= loaded + 1.5 GB", rss["peak"] <= rss["loaded"] + 1536),
     ]
     if small:

@@ -4,11 +4,15 @@ The SavedModel holds the tokenizers, the weights and the decoding loops, and
 needs nothing but TensorFlow and tensorflow-text to run:
 
     serving_default: text (string, [None]) -> translation (string, [None]),
-                     score (float32, [None])            greedy decoding
+                     score (float32, [None]),
+                     source_truncated (bool, [None])    greedy decoding
     beam_search:     same input and outputs             beam search, the exported width
 
-Loaded with `tf.saved_model.load`, it also offers `translate(text)` and
-`translate_beam(text, beam_width)` (any width) with token ids.
+`source_truncated` is True for a row whose source was longer than the
+export's source limit and was cut there. Loaded with `tf.saved_model.load`, it
+also offers `translate(text)` and `translate_beam(text, beam_width)` (any
+width) with token ids, and `serving_limits()`: the source limit, the rows
+decoded together and the most generated tokens it was exported with.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from keras_transformer.run_dir import load_run
 from keras_transformer.translator import TEXT_SPEC, Translator
 
 DEFAULT_EXPORT_ROOT = "saved_models"
-SIGNATURE_OUTPUTS = ("translation", "score")
+SIGNATURE_OUTPUTS = ("translation", "score", "source_truncated")
 
 
 def next_version(model_dir: str | os.PathLike) -> int:
@@ -114,8 +118,9 @@ def export_translator(
         name: the model name TF Serving serves it under.
         version: integer version; defaults to the next free one. An existing
             version is never overwritten.
-        **translator_kwargs: `Translator` arguments (max_length, beam_width,
-            length_penalty_alpha) when a model is given.
+        **translator_kwargs: `Translator` arguments (max_length,
+            max_source_length, sub_batch_size, beam_width, ...) when a model
+            is given.
     """
     if isinstance(translator_or_model, Translator):
         if source_tokenizer or target_tokenizer or translator_kwargs:
@@ -160,8 +165,14 @@ def export_run(
     **translator_kwargs,
 ) -> Path:
     """Exports the best checkpoint of a training run directory (see `run_dir.py`), or with
-    `average_last=N` the average of its last N epoch checkpoints."""
-    model, source_tokenizer, target_tokenizer, _ = load_run(run_dir, average_last=average_last)
+    `average_last=N` the average of its last N epoch checkpoints.
+
+    Sources are cut where the run's training cut them (`source_limit_of_run`)
+    unless `max_source_length` is given.
+    """
+    model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
+    if translator_kwargs.get("max_source_length") is None:
+        translator_kwargs["max_source_length"] = source_limit_of_run(config)
     return export_translator(
         model,
         export_root,
@@ -173,9 +184,46 @@ def export_run(
     )
 
 
+def source_limit_of_run(config: dict) -> int | None:
+    """The longest source a training run learned from, [START] and [END] included: its
+    `max_tokens` (longer sources were cut or dropped), within the model's max_length.
+    None for a run whose config.json does not record it (the Translator's default then)."""
+    limit = config.get("training", {}).get("max_tokens")
+    if limit is None:
+        return None
+    positions = config.get("model", {}).get("max_length")
+    return int(limit) if positions is None else min(int(limit), int(positions))
+
+
 def load_translator(path: str | os.PathLike):
     """The exported SavedModel at `path` (a version directory or a model directory)."""
     return tf.saved_model.load(str(latest_version_dir(path)))
+
+
+def translate_rows(
+    saved_model,
+    texts: list[str | bytes],
+    beam_width: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[str, float, bool]]:
+    """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
+    rows per call. source_truncated is False throughout with exports made before it existed."""
+    results: list[tuple[str, float, bool]] = []
+    for start in range(0, len(texts), batch_size):
+        text = tf.constant(texts[start : start + batch_size], tf.string)
+        if beam_width is None:
+            outputs = saved_model.signatures["serving_default"](text=text)
+        else:
+            outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
+        translations = outputs["translation"].numpy()
+        truncated = outputs.get("source_truncated", tf.zeros(len(translations), tf.bool))
+        results.extend(
+            (t.decode("utf-8", errors="replace"), float(s), bool(c))
+            for t, s, c in zip(
+                translations, outputs["score"].numpy(), truncated.numpy(), strict=True
+            )
+        )
+    return results
 
 
 def translate_texts(
@@ -184,16 +232,5 @@ def translate_texts(
     beam_width: int | None = None,
     batch_size: int = 64,
 ) -> list[tuple[str, float]]:
-    """(translation, score) per text with a loaded SavedModel, `batch_size` rows per call."""
-    results: list[tuple[str, float]] = []
-    for start in range(0, len(texts), batch_size):
-        text = tf.constant(texts[start : start + batch_size], tf.string)
-        if beam_width is None:
-            outputs = saved_model.signatures["serving_default"](text=text)
-        else:
-            outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
-        results.extend(
-            (t.decode("utf-8", errors="replace"), float(s))
-            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy(), strict=True)
-        )
-    return results
+    """(translation, score) per text: `translate_rows` without the truncation flag."""
+    return [row[:2] for row in translate_rows(saved_model, texts, beam_width, batch_size)]

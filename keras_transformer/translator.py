@@ -25,23 +25,20 @@ BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
 DEFAULT_MAX_LENGTH = 128
 # Longest source, [START] and [END] included, when the training run's own
 # limit (its `max_tokens`) is not given: the training default and the
-# tutorial's MAX_TOKENS. Not the model's max_length (2048 by default): a model
-# has never seen sources that long, and one such row would pad its sub-batch
-# to it (about 70 MB a row at the demo's size).
+# tutorial's MAX_TOKENS. Not the model's max_length (2048 by default): the
+# model has never seen sources that long, and one such row would pad its
+# sub-batch to it.
 DEFAULT_MAX_SOURCE_LENGTH = 128
 # Before tokenizing, a source is cut at this many bytes per token of the limit,
 # so that a 1 MB row costs no more tokenizing than a long sentence. A
-# SentencePiece piece has at most 16 characters (64 bytes); a row that reaches
-# the byte limit before the token limit (long whitespace runs, WordPiece's
-# overlong words) is cut there and flagged all the same.
+# SentencePiece piece has at most 16 characters (64 bytes), so a row of text cut
+# there still has more tokens than the limit; one that reaches the byte limit first
+# (long whitespace runs, WordPiece's overlong words) is flagged all the same.
 SOURCE_BYTES_PER_TOKEN = 64
-# Rows decoded together inside one call. A request's memory is one sub-batch's
-# whatever its row count, and its ops stay short enough for other requests'
-# ops to run between them. Larger sub-batches decode faster on CPU: 1,024 demo
-# sentences through a demo-size export ran at 166, 233, 296 and 344 rows/s in
-# sorted sub-batches of 8, 16, 32 and 64 rows, and at 139 rows/s as one batch
-# (padded to its longest row); smaller ones did not make other requests wait
-# less (benchmarks/serving_load.py).
+# Rows decoded together inside one call: a call's memory is one sub-batch's
+# whatever its row count, and its ops stay short enough for other calls' ops
+# to run between them. Larger sub-batches decode faster on CPU (less per-step
+# overhead per row); rows are sorted by length first, so padding stays small.
 DEFAULT_SUB_BATCH_SIZE = 64
 # Each row may generate at most a * source tokens + b (fairseq's max_len_a/b).
 # Generous for translation between European languages (outputs rarely pass
@@ -62,7 +59,9 @@ class Translator(tf.Module):
     Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
     source length together (`decoding.in_sub_batches`), so neither its memory
     nor the wait it imposes on other callers grows with its row count or its
-    longest row beyond one sub-batch of `max_source_length` tokens.
+    longest row beyond one sub-batch of `max_source_length` tokens (the wait
+    as long as the server has an inter-op thread per call it serves at once:
+    see benchmarks/README.md).
 
     Args:
         model: a built `Transformer`.
@@ -71,9 +70,9 @@ class Translator(tf.Module):
             min(128, model.max_length).
         max_source_length: int. Longest source in tokens, [START] and [END]
             included; longer ones are cut and flagged. Give the training
-            run's `max_tokens` (`source_limit_of_run(config)`; `keras-transformer
-            export` does): the model has seen nothing longer. Defaults to
-            min(128, model.max_length), 128 being the training default.
+            run's `max_tokens`, as `export.export_run` does: the model has
+            seen nothing longer. Defaults to min(128, model.max_length),
+            128 being the training default.
         sub_batch_size: int. Rows decoded together inside one call: the
             bound on a call's memory. Defaults to 64.
         max_length_a, max_length_b: floats. A row also stops after
@@ -170,10 +169,6 @@ class Translator(tf.Module):
         start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
         end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
         return tf.concat([start, words, end], axis=1), truncated
-
-    def source_ids(self, text):
-        """`(batch,)` strings -> int64 `(batch, length)` ids, cut to `max_source_length`."""
-        return _padded(self.source_tokens(text)[0])
 
     def row_limits(self, context_ids):
         """Most tokens each row may generate (None without the source-relative cap)."""
@@ -335,16 +330,6 @@ class Translator(tf.Module):
             "source_tokens": source_tokens,
             "target_tokens": target_tokens,
         }
-
-
-def source_limit_of_run(config: dict) -> int | None:
-    """The longest source a training run learned from: its `max_tokens`, within the
-    model's max_length; None for a run directory's config.json that does not record it."""
-    limit = config.get("training", {}).get("max_tokens")
-    if limit is None:
-        return None
-    positions = config.get("model", {}).get("max_length")
-    return int(limit) if positions is None else min(int(limit), int(positions))
 
 
 def _padded(ids):

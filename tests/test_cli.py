@@ -193,6 +193,45 @@ def test_export_and_translate_user_errors(tiny_run_dir, tmp_path, capsys):
     )
 
 
+def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, capsys):
+    """`keras-transformer export` cuts sources where the run's training did (its
+    max_tokens), or at --max-source-length; the export reports its limits."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    config = json.loads((run / "config.json").read_text())
+    config["training"] = {"max_tokens": 10}
+    (run / "config.json").write_text(json.dumps(config))
+    root = tmp_path / "saved_models"
+    argv = ["export", str(run), "--name", "numbers", "--export-root", str(root)]
+    assert cli.main(argv) == 0
+    assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
+    first, second = (export.load_translator(root / "numbers" / v) for v in ("1", "2"))
+    limits = [{k: int(v) for k, v in m.serving_limits().items()} for m in (first, second)]
+    assert [(x["max_source_length"], x["sub_batch_size"]) for x in limits] == [(10, 64), (6, 8)]
+    # [START], 5 or 9 words, [END]: 7 and 11 tokens.
+    text = ["one two three four five", "one two three four five six seven eight nine"]
+    assert first.translate(text)["source_truncated"].numpy().tolist() == [False, True]
+    assert second.translate(text)["source_truncated"].numpy().tolist() == [True, True]
+    # `translate` says which rows were cut, apart from the translations.
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", str(root / "numbers" / "1"), *text, "two"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3
+    assert err == (
+        "keras-transformer: note: 1 of 3 sources were longer than the model's source limit "
+        "and were cut there before translating (rows 2)\n"
+    )
+    # Bad limits: one line each, and no export.
+    assert user_error(capsys, argv + ["--sub-batch-size", "0"]) == (
+        "--sub-batch-size must be positive, got 0"
+    )
+    message = user_error(capsys, argv + ["--max-source-length", "1"])
+    assert "max_source_length" in message and "Received: max_source_length=1" in message
+    message = user_error(capsys, argv + ["--max-source-length", "25"])
+    assert "at most the model's max_length (24)" in message
+    assert sorted(p.name for p in (root / "numbers").iterdir()) == ["1", "2"]
+
+
 def test_verbose_shows_the_traceback_of_a_user_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--verbose", "export", str(tmp_path), "--name", "x"])

@@ -33,6 +33,7 @@ for name in ("serving_default", "beam_search"):
     result[name] = {
         "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
         "score": out["score"].numpy().tolist(),
+        "source_truncated": out["source_truncated"].numpy().tolist(),
     }
     empty = loaded.signatures[name](text=tf.constant([], tf.string))
     result[name]["empty"] = [empty["translation"].shape.as_list(), empty["score"].shape.as_list()]
@@ -115,6 +116,9 @@ def test_fresh_process_without_the_library_gives_the_same_translations(kind, req
         translations = [t.decode("utf-8") for t in outputs["translation"].numpy()]
         assert served[name]["translation"] == translations, name
         np.testing.assert_allclose(served[name]["score"], outputs["score"].numpy(), atol=1e-4)
+        truncated = outputs["source_truncated"].numpy().tolist()
+        assert served[name]["source_truncated"] == truncated, name
+        assert truncated == [row == " ".join(["eight"] * 300) for row in TEXTS], name
         assert len(served[name]["score"]) == 512
         assert served[name]["empty"] == [[0], [0]]
     if kind == "wordpiece":  # the trained tiny model
@@ -137,6 +141,7 @@ def test_saved_model_cli_lists_the_signatures(exported):
         assert expected in shown.stdout
     assert "inputs['text']" in shown.stdout and "outputs['translation']" in shown.stdout
     assert "outputs['score']" in shown.stdout and "DT_STRING" in shown.stdout
+    assert "outputs['source_truncated']" in shown.stdout and "DT_BOOL" in shown.stdout
 
 
 def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_up(

@@ -10,20 +10,25 @@ from pathlib import Path
 
 from sacrebleu.metrics import bleu
 
-from keras_transformer.cli.common import BEAM_HELP, MODEL_HELP, add_common_flags, require_positive
+from keras_transformer.cli.common import (
+    BEAM_HELP,
+    MODEL_HELP,
+    PROG,
+    add_common_flags,
+    require_positive,
+)
 from keras_transformer.evaluation import DEFAULT_TOKENIZE, evaluate, summary_line
 from keras_transformer.export import (
     DEFAULT_EXPORT_ROOT,
     export_run,
     load_translator,
-    translate_texts,
+    translate_rows,
 )
-from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE, read_config
+from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 from keras_transformer.translator import (
     DEFAULT_MAX_LENGTH,
     DEFAULT_MAX_SOURCE_LENGTH,
     Translator,
-    source_limit_of_run,
 )
 
 
@@ -62,14 +67,23 @@ def run_translate(args: argparse.Namespace) -> int:
         # Raw bytes: undecodable input must not stop the run (the model replaces it).
         texts = sys.stdin.buffer.read().splitlines()
     saved_model = load_translator(args.model)
-    results = translate_texts(
+    results = translate_rows(
         saved_model,
         texts,
         beam_width=args.beam,
         batch_size=args.batch_size,
     )
-    for translation, score in results:
+    for translation, score, _ in results:
         print(f"{score:.4f}\t{translation}" if args.scores else translation)
+    # Nothing is cut silently: the translation of a cut source lacks its end.
+    cut = [number for number, (_, _, truncated) in enumerate(results, 1) if truncated]
+    if cut:
+        shown = ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else "")
+        print(
+            f"{PROG}: note: {len(cut)} of {len(results)} sources were longer than the model's "
+            f"source limit and were cut there before translating (rows {shown})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -171,7 +185,6 @@ def run_export(args: argparse.Namespace) -> int:
         "max_length_a",
         "average_last",
     )
-    max_source_length = args.max_source_length or source_limit_of_run(read_config(args.run_dir))
     path = export_run(
         args.run_dir,
         args.export_root,
@@ -179,7 +192,7 @@ def run_export(args: argparse.Namespace) -> int:
         args.version,
         average_last=args.average_last,
         max_length=args.max_length,
-        max_source_length=max_source_length,
+        max_source_length=args.max_source_length,
         sub_batch_size=args.sub_batch_size,
         max_length_a=args.max_length_a,
         max_length_b=args.max_length_b,
