@@ -89,7 +89,7 @@ assert set(loaded.signatures) == {"serving_default", "beam_search"}
 for function in loaded.signatures.values():
     (spec,) = function.structured_input_signature[1].values()
     assert spec.dtype == tf.string and spec.shape.as_list() == [None]
-    assert set(function.structured_outputs) == {"translation", "score"}
+    assert set(function.structured_outputs) == {"translation", "score", "source_truncated"}
 
 # %% [markdown]
 # The same from the command line: `saved_model_cli show --all --dir <VERSION_DIR>`.
@@ -209,5 +209,6 @@ print(f"{len(wire)} bytes on the wire")
 # translations = [t.decode() for t in tf.make_ndarray(response.outputs["translation"])]
 # ```
 #
-# The response's `outputs` map holds `translation` (DT_STRING) and `score` (DT_FLOAT)
-# tensors, one entry per input row, like the local call above.
+# The response's `outputs` map holds `translation` (DT_STRING), `score` (DT_FLOAT) and
+# `source_truncated` (DT_BOOL: the source was cut at the export's source limit) tensors, one
+# entry per input row, like the local call above.
