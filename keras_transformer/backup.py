@@ -11,10 +11,13 @@ epoch before is kept as well, in case the newer file is damaged later.
 On start, `restore` loads the newest readable state of an epoch that
 history.json records: a backup, else a checkpoint of the run (last.keras,
 the kept epoch checkpoints, best.keras; each says which epoch it holds).
-A state that does not load is passed over with a warning (a backup, which
-never will load, is deleted too); with none left, training starts again from
-epoch 1, saying so. The epochs after the restored one are trained again and
-`RunHistory` replaces their entries.
+A state that does not load is passed over with a warning; a backup is also
+renamed aside (`UNREADABLE_SUFFIX`), kept for inspection but never taken for
+a good one again. With none left, training starts again from epoch 1, saying
+so. The epochs after the restored one are trained again and `RunHistory`
+replaces their entries. A state whose weights load but whose optimizer state
+does not (the optimizer changed, e.g. with mixed precision) is an error: going
+on would restart the learning-rate schedule and lose Adam's moments silently.
 
 Keras' `BackupAndRestore` files (`latest.weights.h5`, its `.bkp` copy and
 their `training_metadata.json`), written by earlier versions, are read too.
@@ -36,6 +39,8 @@ from keras_transformer.atomic import write_atomically
 
 logger = logging.getLogger(__name__)
 
+# Added to a backup that does not load: kept, but no longer a backup.
+UNREADABLE_SUFFIX = ".unreadable"
 _BACKUP_NAME = re.compile(r"epoch_(\d+)\.weights\.h5")
 _EPOCH_CHECKPOINT_NAME = re.compile(r"epoch_(\d+)\.keras")
 # Keras' BackupAndRestore: (weights, metadata holding {"epoch": N}), newest first.
@@ -106,6 +111,13 @@ def restore(model: keras.Model, run_dir: str | os.PathLike, done: int) -> int:
     """Loads into `model` the newest readable state of epochs 1..`done` of the run in
     `run_dir`; returns its epoch, or 0 when the run starts again from epoch 1."""
     states = saved_states(run_dir, done)
+    # The optimizer steps history.json records after each epoch (entries of
+    # earlier versions may lack them).
+    steps = {
+        entry["epoch"]: entry["optimizer_steps"]
+        for entry in run_dir_lib.read_history(run_dir)
+        if "optimizer_steps" in entry
+    }
     if states and model.optimizer is not None and not model.optimizer.built:
         # The optimizer's variables must exist for its state to be loaded into them.
         model.optimizer.build(model.trainable_variables)
@@ -117,19 +129,16 @@ def restore(model: keras.Model, run_dir: str | os.PathLike, done: int) -> int:
         # A damaged file fails in many ways (h5py's OSError, KeyError, zipfile's
         # BadZipFile, Keras' ValueError): whatever it is, the next state is tried.
         except Exception as error:
-            # A backup of this run that does not load never will: deleted, it can
-            # neither be tried again nor pass for a good one. Checkpoints are kept
-            # (the next epochs write them again).
-            deleted = path in backups(run_dir).values()
-            if deleted:
-                path.unlink()
-            logger.warning(
-                "%s cannot be loaded (%s)%s; trying an older state.",
-                path,
-                error,
-                "; deleted it" if deleted else "",
-            )
+            # A backup is renamed aside rather than deleted: the cause may not be
+            # the file (a lock, a full disk), and what it holds is then not lost.
+            # Checkpoints stay (the next epochs write them again).
+            aside = ""
+            if path in backups(run_dir).values():
+                path.rename(path.with_name(path.name + UNREADABLE_SUFFIX))
+                aside = f"; renamed to {path.name}{UNREADABLE_SUFFIX}"
+            logger.warning("%s cannot be loaded (%s)%s; trying an older state.", path, error, aside)
             continue
+        _check_optimizer_restored(model, path, steps.get(epoch))
         if epoch < done:
             logger.warning(
                 "%s: resuming after epoch %d, the newest readable state of the %d epochs "
@@ -150,6 +159,21 @@ def restore(model: keras.Model, run_dir: str | os.PathLike, done: int) -> int:
             done,
         )
     return 0
+
+
+def _check_optimizer_restored(model: keras.Model, path: Path, expected: int | None) -> None:
+    """Keras skips an optimizer state that does not fit the optimizer with only a
+    warning; the step count tells whether it came back."""
+    if expected is None or model.optimizer is None:
+        return
+    restored = int(model.optimizer.iterations.numpy())
+    if restored != expected:
+        raise ValueError(
+            f"{path} holds the run's weights but its optimizer state did not load into this "
+            f"run's optimizer ({restored} steps instead of {expected}): the optimizer settings "
+            "differ from those the run was trained with (mixed_precision?). Resume with the "
+            "run's settings, or use another run directory."
+        )
 
 
 class RunBackup(keras.callbacks.Callback):

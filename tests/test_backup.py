@@ -83,8 +83,9 @@ def test_an_unreadable_backup_falls_back_to_the_newest_readable_state(tmp_path, 
         assert backup.restore(model, tmp_path, 2) == 1
     _assert_same_state(model, older)
     assert "epoch_0002.weights.h5 cannot be loaded" in caplog.text
-    # It never will: deleted, it is not taken for a good backup later.
+    # Renamed aside: kept, but never taken for a good backup later.
     assert sorted(backup.backups(tmp_path)) == [1]
+    assert (tmp_path / run_dir.BACKUP_DIR / "epoch_0002.weights.h5.unreadable").is_file()
     assert "resuming after epoch 1, the newest readable state of the 2 epochs done" in caplog.text
 
 
@@ -258,3 +259,17 @@ def test_a_damaged_best_checkpoint_and_a_lone_unreadable_backup_do_not_stop_the_
     assert checkpoints.read_record(tmp_path / run_dir.BEST_CHECKPOINT)["epoch"] == 2
     _all_files_whole(tmp_path)
     export.export_run(tmp_path, tmp_path / "saved_models", "tiny")
+
+
+def test_a_state_whose_optimizer_state_does_not_load_is_an_error_not_a_silent_restart(tmp_path):
+    # Weights fit but the optimizer does not (here: a loss-scale wrapper, as
+    # mixed precision adds): Keras only warns and keeps a fresh optimizer, which
+    # would restart the learning-rate warmup with zeroed moments.
+    _save_backup(tmp_path, 1, _compiled(1, 3))
+    run_dir.write_json_atomically(
+        tmp_path / run_dir.HISTORY_FILE, [{"epoch": 1, "optimizer_steps": 3}]
+    )
+    model = _compiled(seed=9)
+    model.optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+    with pytest.raises(ValueError, match=r"optimizer state did not load .*0 steps instead of 3"):
+        backup.restore(model, tmp_path, 1)
