@@ -99,6 +99,33 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class NonFiniteLoss(ValueError):
+    """The training loss became NaN or infinite."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Ends training at the first batch whose loss is NaN or infinite, with an error.
+
+    Unlike `keras.callbacks.TerminateOnNaN`'s default, which lets the epoch end
+    (and the checkpoints, the backup and history.json then record NaN weights
+    as a finished epoch), this raises before anything of the epoch is written:
+    the run directory keeps its last finished epoch, to resume from with other
+    settings.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLoss(
+                f"The training loss became {float(loss)} at batch {batch} of epoch "
+                f"{self._epoch}; the run keeps its last finished epoch. Run again with a "
+                "lower learning rate or gradient clipping to resume from it."
+            )
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch + 1
+
+
 class Checkpoint(keras.callbacks.Callback):
     """Saves the model to `path` after every epoch, or with `best_only` after an epoch
     whose validation loss is the lowest so far.
@@ -174,6 +201,7 @@ def make_callbacks(
     checkpoint written by earlier versions (without its own record) counts as.
     """
     callbacks = [
+        StopOnNonFiniteLoss(),
         Checkpoint(
             run_dir / run_dir_lib.BEST_CHECKPOINT, best_only=True, best_before=best_val_loss
         ),
@@ -185,7 +213,6 @@ def make_callbacks(
         # After the checkpoints and before the history: an epoch that history.json
         # records done has its checkpoints and backup on disk (see backup.py).
         RunBackup(run_dir),
-        keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(
             run_dir / run_dir_lib.LOG_DIR, update_freq="epoch", write_graph=False
         ),

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from keras_transformer import checkpoints, run_dir
-from keras_transformer.callbacks import Checkpoint, EpochCheckpoints, TimeBudget
+from keras_transformer.callbacks import (
+    Checkpoint,
+    EpochCheckpoints,
+    NonFiniteLoss,
+    TimeBudget,
+    make_callbacks,
+)
 from keras_transformer.losses import MaskedLoss
 from tests.helpers import assert_close, tiny_transformer
 
@@ -115,3 +121,19 @@ def test_a_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, monkeyp
         _fit_one_epoch(model, callback, val_loss=1.0)
     assert checkpoints.read_record(last) == {"epoch": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["last.keras"]
+
+
+def test_a_nan_loss_stops_training_before_the_epoch_writes_anything(tmp_path):
+    # Keras' TerminateOnNaN lets the epoch end: the backup and history.json would
+    # record NaN weights as a finished epoch, and the resume would go on from them.
+    model = tiny_transformer()
+
+    def nan_loss(y_true, y_pred):
+        return keras.ops.mean(y_pred) * np.nan
+
+    model.compile(optimizer="adam", loss=nan_loss, run_eagerly=True)
+    ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
+    with pytest.raises(NonFiniteLoss, match="became nan at batch 0 of epoch 1"):
+        model.fit((ids, ids), ids, epochs=2, verbose=0, callbacks=make_callbacks(tmp_path))
+    assert not (tmp_path / run_dir.HISTORY_FILE).exists()
+    assert not list(tmp_path.rglob("*.keras")) and not list(tmp_path.rglob("*.h5"))
