@@ -79,19 +79,25 @@ def _as_sentence(words: str) -> str:
 # ----------------------------------------------------------------------------- text files
 
 
-def _read_lines(path: str | os.PathLike) -> list[bytes]:
-    with open(path, "rb") as f:
-        data = f.read()
-    # A UTF-8 byte-order mark (Windows editors write one) is no part of the first line.
-    data = data.removeprefix(codecs.BOM_UTF8)
-    # Split on "\n" only: str.splitlines would also split on U+2028, U+0085,
-    # form feeds, a "\r" inside a line, ... and silently shift every later pair.
-    # A "\r" ending a line (CRLF endings) is dropped; one inside a line is
-    # whitespace to the tokenizers.
-    lines = data.split(b"\n")
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of `data`, as every reader of line-aligned text here splits them.
+
+    Split on "\n" only: bytes/str.splitlines (and text-mode files) would also
+    split on U+2028, U+0085, form feeds, a "\r" inside a line, ... and
+    silently shift every later line against its partner. A "\r" ending a line
+    (CRLF endings) is dropped; one inside a line is whitespace to the
+    tokenizers. A UTF-8 byte-order mark (Windows editors write one) is no part
+    of the first line.
+    """
+    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def _read_lines(path: str | os.PathLike) -> list[bytes]:
+    with open(path, "rb") as f:
+        return split_lines(f.read())
 
 
 class _Skips:

@@ -18,6 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tqdm.auto import tqdm
 
+from keras_transformer import data
 from keras_transformer.export import load_translator, translate_texts
 
 DEFAULT_TOKENIZE = "13a"
@@ -70,10 +71,12 @@ def moses_form(lines: Sequence[str], lang: str, lowercase: bool = True) -> list[
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 text file, without line ends (undecodable bytes are an error)."""
+    """Lines of a UTF-8 text file, without line ends (undecodable bytes are an error),
+    split as `data.split_lines` splits them."""
+    with open(path, "rb") as f:
+        lines = data.split_lines(f.read())
     try:
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n").rstrip("\r") for line in f]
+        return [line.decode("utf-8") for line in lines]
     except UnicodeDecodeError as error:
         raise ValueError(f"{path} is not valid UTF-8: {error}") from error
 

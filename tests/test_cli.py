@@ -159,12 +159,13 @@ def test_cli_export_from_a_run_dir_and_translate(tiny_run_dir, tmp_path, capsys,
     assert cli.main(["translate", "--model", model, "--beam", "2", "--scores", "nine"]) == 0
     score, translation = capsys.readouterr().out.rstrip("\n").split("\t")
     assert translation == "9" and float(score) <= 0
-    # From stdin, in batches, with a line of undecodable bytes.
-    lines = b"three one four\n\n\xff\xfe bad bytes\n" + b"nine five\n" * 5
+    # From stdin, in batches, with a line of undecodable bytes and one holding a "\r"
+    # (one line, not two: a split there would shift every later translation).
+    lines = b"three one four\n\n\xff\xfe bad bytes\nseven\rtwo\r\n" + b"nine five\n" * 5
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(lines)))
     assert cli.main(["translate", "--model", model, "--batch-size", "3"]) == 0
     out = capsys.readouterr().out.split("\n")
-    assert len(out) == 8 + 1 and out[0] == "3 1 4" and out[3:8] == ["9 5"] * 5
+    assert len(out) == 9 + 1 and out[0] == "3 1 4" and out[4:9] == ["9 5"] * 5
     # The same version again is refused, and the existing export is left alone.
     message = user_error(capsys, argv + ["--version", "4"])
     assert str(root / "numbers" / "4") in message and "exists" in message

@@ -71,6 +71,11 @@ def test_misaligned_inputs_are_rejected(tmp_path):
     bad.write_bytes(b"caf\xe9\n")
     with pytest.raises(ValueError, match="not valid UTF-8"):
         evaluation.read_lines(bad)
+    # Lines end at "\n" only (CRLF too): a "\r" inside a line does not split it and
+    # shift every later line against its reference; a byte-order mark is no text.
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes("\ufeffone\rtwo\r\nthree\u2028\n".encode("utf-8"))
+    assert evaluation.read_lines(crlf) == ["one\rtwo", "three\u2028"]
 
 
 def test_scores_an_exported_saved_model(tiny_translation_model, tmp_path):
