@@ -296,17 +296,22 @@ def sample(
 ) -> DecodeResult:
     """Sampling with temperature, top-k and top-p; the same `seed` gives the same output.
 
-    Scores are log-probabilities under the unfiltered model distribution;
-    `row_limits` as for `greedy_search`.
+    `seed` is an int, or an int pair `(seed, stream)` (a translator gives each
+    sub-batch its stream); every step draws with the pair folded with the
+    step, so no two (seed, stream) pairs share their draws. Scores are
+    log-probabilities under the unfiltered model distribution; `row_limits`
+    as for `greedy_search`.
     """
     filter_logits(tf.zeros([1, 2]), temperature, top_k, top_p)  # checks the arguments now
     if seed is None:
         seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
-    seed = tf.cast(seed, tf.int64)
+    key = tf.cast(seed, tf.int64)
+    if key.shape.rank == 0:
+        key = tf.stack([key, tf.constant(0, tf.int64)])
 
     def choose(logits, step):
         filtered = filter_logits(logits, temperature, top_k, top_p)
-        step_seed = tf.stack([seed, tf.cast(step, tf.int64)])
+        step_seed = tf.random.experimental.stateless_fold_in(key, tf.cast(step, tf.int64))
         drawn = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int64)
         return drawn[:, 0]
 

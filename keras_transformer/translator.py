@@ -296,8 +296,13 @@ class Translator(tf.Module):
 
     def _sample(self, text, temperature, top_k, top_p, seed):
         def search(context_ids, index):
-            # Each sub-batch draws from its own stream of the seed.
-            sub_seed = None if seed is None else tf.cast(seed, tf.int64) + tf.cast(index, tf.int64)
+            # Each sub-batch draws from its own stream of the seed (not seed + index,
+            # whose draws another seed's next sub-batch would repeat).
+            sub_seed = (
+                None
+                if seed is None
+                else tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
+            )
             return decoding.sample(
                 self.model,
                 context_ids,

@@ -115,6 +115,17 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
     assert not np.array_equal(first.tokens.numpy(), greedy.tokens.numpy())
     assert first.scores.numpy().sum() < greedy.scores.numpy().sum()
 
+    # Streams of one seed (a translator's sub-batches) draw apart, and no stream
+    # repeats a neighbouring seed's draws (as seed + stream would: (7, 1) ~ (8, 0)).
+    def tokens(seed):
+        return decoding.sample(
+            tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=seed
+        ).tokens.numpy()
+
+    np.testing.assert_array_equal(tokens(tf.constant([7, 0], tf.int64)), first.tokens.numpy())
+    assert not np.array_equal(tokens(tf.constant([7, 1], tf.int64)), tokens(8))
+    assert not np.array_equal(tokens(tf.constant([7, 1], tf.int64)), first.tokens.numpy())
+
 
 def test_filter_logits_top_k_and_top_p():
     logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
