@@ -32,10 +32,23 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     partial = partial_path(path)
     try:
         write(partial)
+        # On disk before the rename, and the rename itself after: a kill needs
+        # neither, but a crash of the machine would otherwise leave an empty
+        # file under the real name.
+        _sync(partial)
         os.replace(partial, path)
+        _sync(path.parent)
     finally:
         partial.unlink(missing_ok=True)
     return path
+
+
+def _sync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def remove_partial_files(*directories: str | os.PathLike) -> list[Path]:
