@@ -156,9 +156,9 @@ def test_serving_signature_reports_truncation(exported):
 
 
 def test_a_long_row_costs_bounded_memory(tiny_translation_model, tmp_path):
-    """A 3,000-word row among 16: the model has 2048 positions, but the source is cut at
-    128 tokens and sorted into its own sub-batch, so the other rows are not padded to it
-    (cut at 2048, the 16 rows' encoder attention alone would take about 1 GB)."""
+    """A 3,000-word row among 16 (one sub-batch): the model has 2048 positions, but the
+    source is cut at 128 tokens, so the other rows are padded to 128 at most (cut at 2048,
+    the 16 rows' encoder attention alone would take about 1 GB)."""
     tiny = tiny_translation_model
     wide = tiny_transformer(vocab_size=tiny.source_tokenizer.vocab_size, max_length=2048)
     translator = Translator(wide, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
