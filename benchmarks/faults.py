@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10, help="training kills (default 10)")
     parser.add_argument("--export-kills", type=int, default=2, help="export kills (default 2)")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs of the tiny run")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs of the tiny run (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the moments")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"of {', '.join(SECTIONS)}")
     parser.add_argument("--work-dir", help="keep runs and logs here (default: a temporary one)")
