@@ -10,6 +10,13 @@ Corpora come in as `(source, target)` string pairs from one of:
 `make_batches` tokenizes them and yields `((context, target_in), target_out)`,
 int64, padded with 0, batched by length buckets so that little compute goes
 to padding and the train step sees only a handful of shapes.
+
+Two concepts live here, corpora in and batches out, in ~430 lines; they stay
+together because `load_corpus` (the one entry point `train()` uses) ties the
+config's corpus choice to `split_pairs` and the string datasets the batching
+reads, and every caller imports both halves as `data`. The next step when it
+grows: move the readers (`demo_corpus` to `load_tfds`, `split_lines`) into a
+`corpora` module and keep the tf.data pipeline here.
 """
 
 from __future__ import annotations
