@@ -209,18 +209,21 @@ def _token_search(
     logits_array = tf.TensorArray(
         tf.float32, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, vocab])
     )
+    loop_vars = (
+        tf.constant(0),
+        tokens,
+        state,
+        tf.zeros([batch], tf.bool),
+        tf.zeros([batch], tf.float32),
+        tf.zeros([batch], tf.int32),
+        logits_array,
+    )
+    invariants = tuple(
+        tf.nest.map_structure(_state_invariant, v) if k == 2 else None
+        for k, v in enumerate(loop_vars)
+    )
     _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
-        cond,
-        body,
-        (
-            tf.constant(0),
-            tokens,
-            state,
-            tf.zeros([batch], tf.bool),
-            tf.zeros([batch], tf.float32),
-            tf.zeros([batch], tf.int32),
-            logits_array,
-        ),
+        cond, body, loop_vars, shape_invariants=invariants
     )
     logits = tf.transpose(logits_array.stack(), [1, 0, 2]) if return_logits else None
     return DecodeResult(tokens[:, 1:], lengths, scores, logits)
@@ -463,7 +466,7 @@ def beam_search(
     invariants = (
         tf.TensorShape([]),
         tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
-        tf.nest.map_structure(lambda t: _free_leading_dims(t, 1), state),
+        tf.nest.map_structure(_state_invariant, state),
     )
     i, beams, _ = tf.while_loop(
         cond, body, (tf.constant(0), beams, state), shape_invariants=invariants
@@ -483,3 +486,16 @@ def _free_leading_dims(tensor, count: int) -> tf.TensorShape:
     if shape.rank is None or shape.rank < count:
         return shape
     return tf.TensorShape([None] * count + shape.as_list()[count:])
+
+
+def _state_invariant(tensor) -> tf.TensorShape:
+    """A decoding state tensor's loop invariant: every axis free but the last.
+
+    The self-attention caches grow by a position every step (a step attends over
+    what was decoded, not over `max_length` slots), and the hypothesis axis is
+    dynamic when `beam_width` is a tensor; feature sizes stay fixed.
+    """
+    shape = tensor.shape
+    if shape.rank is None or shape.rank == 0:
+        return shape
+    return tf.TensorShape([None] * (shape.rank - 1) + [shape[-1]])

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_transformer import losses
+from keras_transformer import decoder_step, losses
 from keras_transformer.constants import PAD_ID
 from keras_transformer.layers import Decoder, Encoder, masks, packing, validation
 from keras_transformer.layers.options import BlockOptionsMixin, pop_block_options
@@ -208,19 +208,21 @@ class Transformer(BlockOptionsMixin, keras.Model):
                 row's state is repeated, hypothesis k of row b at b * width + k.
 
         Returns:
-            A nest of tensors whose leading axis is the hypothesis, for
-            `decoding_step` and `reorder_decoding_state`.
+            A nest of tensors for `decoding_step` and `reorder_decoding_state`:
+            the per-hypothesis ones (leading axis the hypothesis; the
+            self-attention caches grow by a position a step) and, cached, the
+            decoder's weights read once (`decoder_step.prepare`).
         """
         if not use_cache:
             return {"context_ids": _repeat_rows(context_ids, beam_width)}
         # The source is encoded once; cross-attention keys/values are projected
-        # once per source in `init_cache`.
+        # once per source, the decoder's weights read and fused once per call
+        # (`decoder_step.py`).
         context, context_mask = self.encode(context_ids, training=False)
-        context = _repeat_rows(context, beam_width)
-        return {
-            "context_mask": _repeat_rows(context_mask, beam_width),
-            "cache": self.decoder.init_cache(context, steps),
-        }
+        state = decoder_step.start(
+            self, _repeat_rows(context, beam_width), _repeat_rows(context_mask, beam_width)
+        )
+        return {"weights": decoder_step.prepare(self), **state}
 
     def decoding_step(self, tokens, index, state):
         """Logits for the token after position `index`, and the next state.
@@ -234,21 +236,17 @@ class Transformer(BlockOptionsMixin, keras.Model):
         Returns:
             `(logits, state)`: float32 logits `(hypotheses, target_vocab_size)`.
         """
-        if "cache" not in state:
+        if "context_ids" in state:
             logits = self((state["context_ids"], tokens[:, : index + 1]), training=False)
             return logits[:, -1, :], state
-        features, cache = self.decoder.decode_step(
-            tokens[:, index : index + 1], state["cache"], index, state["context_mask"]
-        )
-        return self.project(features)[:, 0, :], {**state, "cache": cache}
+        return decoder_step.step(self, state["weights"], tokens[:, index], index, state)
 
     def reorder_decoding_state(self, state, rows):
         """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""
-        if "cache" not in state:
+        if "context_ids" in state:
             return state  # the uncached path reads its history from `tokens`
         # Cross-attention keys/values are the same for every hypothesis of a row.
-        self_cache = tf.nest.map_structure(lambda t: tf.gather(t, rows), state["cache"]["self"])
-        return {**state, "cache": {**state["cache"], "self": self_cache}}
+        return {**state, "self": tf.nest.map_structure(lambda t: tf.gather(t, rows), state["self"])}
 
     def _call_packed(self, context_ids, target_ids):
         """Training logits `(real_labels, vocab)`, every block on packed real tokens."""

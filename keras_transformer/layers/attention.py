@@ -203,7 +203,7 @@ class CausalSelfAttention(BaseAttention):
     """Self-attention where position t sees only positions <= t (decoder).
 
     With a key/value cache it processes just the newest positions: their keys
-    and values are written into the cache at `cache_index`, and the queries
+    and values are appended to the cache (at `cache_index`), and the queries
     attend over the cache, so each decoding step costs one position instead of
     a re-run of the whole prefix.
 
@@ -214,7 +214,8 @@ class CausalSelfAttention(BaseAttention):
             Required with packed `x`; ignored with a cache (generated
             prefixes hold no padding). Defaults to the Keras mask of `x`.
         cache: optional `(key_cache, value_cache)`, each
-            `(batch, heads, max_length, head_size)`, from `empty_cache`.
+            `(batch, heads, positions_so_far, head_size)`, from `empty_cache`
+            (empty) or the previous call; it grows by the new positions.
         cache_index: int scalar. Absolute position of `x[:, 0]`; required
             with `cache`.
         training: bool. Enables dropout.
@@ -224,8 +225,8 @@ class CausalSelfAttention(BaseAttention):
         `y`, then the updated cache if one was given, then the weights if asked.
     """
 
-    def empty_cache(self, batch_size, max_length, dtype=None):
-        """A zero key/value cache for `max_length` positions."""
+    def empty_cache(self, batch_size, max_length=None, dtype=None):
+        """An empty key/value cache (see `MultiHeadAttention.empty_cache`)."""
         return self.mha.empty_cache(batch_size, max_length, dtype)
 
     def call(
@@ -256,7 +257,13 @@ class CausalSelfAttention(BaseAttention):
         else:
             cache = self.mha.update_cache(cache, key, value, cache_index)
             key, value = cache
-            mask = masks.causal_mask(tf.shape(x)[1], tf.shape(key)[2], cache_index)[None, :, :]
+            # The cache holds the positions up to the newest query and no
+            # further, so a single query may attend to all of it.
+            mask = (
+                None
+                if x.shape[1] == 1
+                else masks.causal_mask(tf.shape(x)[1], tf.shape(key)[2], cache_index)[None, :, :]
+            )
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
         results = (y,)

@@ -127,16 +127,37 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # -- the key/value cache of incremental decoding ----------------------------
 
-    def empty_cache(self, batch_size, max_length, dtype=None):
-        """A zero `(key_cache, value_cache)`, each `(batch, heads, max_length, key_dim)`."""
-        shape = [batch_size, self.num_heads, max_length, self.key_dim]
+    def empty_cache(self, batch_size, max_length=None, dtype=None):
+        """An empty `(key_cache, value_cache)`, each `(batch, heads, 0, key_dim)`.
+
+        The cache grows by the positions each step writes (`update_cache`), so a
+        decoding step attends over the positions decoded so far instead of
+        `max_length` preallocated slots (a step's cost follows the row, not the
+        export's length limit). `max_length` is accepted for the callers that
+        name their bound; the model's positions bound the cache.
+        """
+        shape = [batch_size, self.num_heads, 0, self.key_dim]
         dtype = dtype or self.compute_dtype
         return (tf.zeros(shape, dtype), tf.zeros(shape, dtype))
 
     @staticmethod
     def update_cache(cache, key, value, index):
-        """`cache` with `key`/`value` `(batch, heads, new, key_dim)` written at position `index`."""
-        return tuple(_write_positions(c, new, index) for c, new in zip(cache, (key, value)))
+        """`cache` with `key`/`value` `(batch, heads, new, key_dim)` appended.
+
+        `index` is the position of the first new one: the cache must hold
+        exactly the positions before it (decoding writes them in order).
+        """
+        written = tf.shape(cache[0])[2]
+        check = tf.debugging.assert_equal(
+            written,
+            tf.cast(index, written.dtype),
+            message="The key/value cache is written in order: `cache_index` must equal "
+            "the number of positions already in the cache",
+        )
+        with tf.control_dependencies([check]):
+            return tuple(
+                tf.concat([c, tf.cast(new, c.dtype)], axis=2) for c, new in zip(cache, (key, value))
+            )
 
     # -- attention ------------------------------------------------------------
 
@@ -212,14 +233,3 @@ class MultiHeadAttention(keras.layers.Layer):
             chunk_queries=self.chunk_queries,
         )
         return config
-
-
-def _write_positions(cache, update, index):
-    """Writes `update` (b, h, t, d) into `cache` (b, h, max_len, d) at position `index`."""
-    length = tf.shape(update)[2]
-    positions = tf.range(length) + index
-    # Scatter along the position axis: move it to the front and back again.
-    cache_t = tf.transpose(cache, [2, 0, 1, 3])
-    update_t = tf.transpose(tf.cast(update, cache.dtype), [2, 0, 1, 3])
-    cache_t = tf.tensor_scatter_nd_update(cache_t, positions[:, None], update_t)
-    return tf.transpose(cache_t, [1, 2, 0, 3])

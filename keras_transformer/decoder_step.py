@@ -1,0 +1,224 @@
+"""The decoder's one-token step on weights read once: the serving loop's hot path.
+
+A decoding step runs the whole decoder for one new position per row. Through the
+Keras layers that costs about a thousand graph nodes a step: every Dense on a
+`(batch, 1, d_model)` input reshapes through `tensordot` (Shape, Prod, GatherV2,
+ConcatV2, Reshape), every variable is read again, heads are split by transposes.
+On a CPU, where a step's arithmetic is small, those nodes are the cost. Here the
+same math runs on `(rows, d_model)` matrices with weights prepared once per call,
+outside the loop: query, key and value projections fused into one matrix with the
+query's 1/sqrt(head size) folded in, key and value of cross-attention projected once
+per source, the source mask turned into an additive bias once. A step is then about
+sixty nodes per layer, and its self-attention reads a cache that grows by one
+position a step (the positions decoded so far, never `max_length` slots).
+
+The Keras layers stay the reference (`Decoder.decode_step`, the training path);
+tests/test_decoder_step.py holds this step to them (same logits within float
+rounding, same tokens) for post-LN and pre-LN, tied and untied projections.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers.multi_head_attention import _MASKED_LOGIT
+
+
+def _tensor(variable, dtype):
+    return tf.cast(tf.convert_to_tensor(variable), dtype)
+
+
+def _layer_norm(x, norm, epsilon):
+    """Our LayerNormalization over the last axis, `norm` its (gamma, beta), in float32
+    at least."""
+    gamma, beta = norm
+    dtype = x.dtype
+    x = tf.cast(x, gamma.dtype)
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
+    return tf.cast(centered * tf.math.rsqrt(variance + epsilon) * gamma + beta, dtype)
+
+
+def _norm_weights(layer):
+    """(gamma, beta) of a LayerNormalization, in float32 or wider. Its epsilon is the
+    model's `layer_norm_epsilon`, which every layer norm shares."""
+    dtype = tf.float32 if layer.gamma.dtype in (tf.float16, tf.bfloat16) else layer.gamma.dtype
+    return (_tensor(layer.gamma, dtype), _tensor(layer.beta, dtype))
+
+
+def _dense(x, kernel, bias):
+    return tf.nn.bias_add(tf.matmul(x, kernel), bias)
+
+
+def prepare(model) -> dict:
+    """The decoder's weights as tensors for `step`, read once per traced call.
+
+    Query kernels and biases carry the 1/sqrt(head size) scale; self-attention's
+    query, key and value kernels are one `(d_model, 3 * d_model)` matrix.
+    """
+    dtype = model.compute_dtype
+    decoder = model.decoder
+    layers = []
+    for block in decoder.dec_layers:
+        self_mha = block.causal_self_attention.mha
+        cross_mha = block.cross_attention.mha
+        scale = 1.0 / math.sqrt(self_mha.key_dim)
+        ffn = block.ffn
+
+        def kernel(dense, factor=1.0):
+            return _tensor(dense.kernel, dtype) * factor
+
+        def bias(dense, factor=1.0):
+            return _tensor(dense.bias, dtype) * factor
+
+        layers.append(
+            {
+                "qkv_kernel": tf.concat(
+                    [
+                        kernel(self_mha.query_dense, scale),
+                        kernel(self_mha.key_dense),
+                        kernel(self_mha.value_dense),
+                    ],
+                    axis=1,
+                ),
+                "qkv_bias": tf.concat(
+                    [
+                        bias(self_mha.query_dense, scale),
+                        bias(self_mha.key_dense),
+                        bias(self_mha.value_dense),
+                    ],
+                    axis=0,
+                ),
+                "self_out_kernel": kernel(self_mha.output_dense),
+                "self_out_bias": bias(self_mha.output_dense),
+                "self_norm": _norm_weights(block.causal_self_attention.residual.layernorm),
+                "cross_q_kernel": kernel(cross_mha.query_dense, scale),
+                "cross_q_bias": bias(cross_mha.query_dense, scale),
+                "cross_out_kernel": kernel(cross_mha.output_dense),
+                "cross_out_bias": bias(cross_mha.output_dense),
+                "cross_norm": _norm_weights(block.cross_attention.residual.layernorm),
+                "ffn_inner_kernel": kernel(ffn.inner_dense),
+                "ffn_inner_bias": bias(ffn.inner_dense),
+                "ffn_out_kernel": kernel(ffn.output_dense),
+                "ffn_out_bias": bias(ffn.output_dense),
+                "ffn_norm": _norm_weights(ffn.residual.layernorm),
+            }
+        )
+    embedding = decoder.embedding
+    weights = {
+        "layers": layers,
+        "embeddings": _tensor(embedding.embedding.embeddings, dtype),
+        "positions": tf.constant(embedding._encoding, dtype=dtype),
+    }
+    if decoder.final_layernorm is not None:
+        weights["final_norm"] = _norm_weights(decoder.final_layernorm)
+    if model.final_layer is not None:
+        weights["projection_kernel"] = _tensor(model.final_layer.kernel, dtype)
+        weights["projection_bias"] = _tensor(model.final_layer.bias, dtype)
+    return weights
+
+
+def start(model, context, context_mask) -> dict:
+    """Per-source state: cross-attention keys/values, the source bias, empty caches.
+
+    Args:
+        context: the encoder output `(rows, source_length, d_model)`.
+        context_mask: bool `(rows, source_length)`, True at real source tokens.
+    """
+    rows = tf.shape(context)[0]
+    cross, self_cache = [], []
+    for block in model.decoder.dec_layers:
+        cross.append(block.cross_attention.project_key_value(context))
+        self_cache.append(block.causal_self_attention.empty_cache(rows))
+    bias = (1.0 - tf.cast(context_mask, tf.float32)) * _MASKED_LOGIT
+    return {
+        "self": self_cache,
+        "cross": cross,
+        "cross_bias": bias[:, None, None, :],  # (rows, heads, queries, source)
+    }
+
+
+def _heads(x, heads: int, head_size: int):
+    """`(rows, heads * head_size)` -> `(rows, heads, 1, head_size)`: one reshape."""
+    return tf.reshape(x, [-1, heads, 1, head_size])
+
+
+def _attend(query, key, value, bias=None):
+    """One query per row and head over `key`/`value` `(rows, heads, keys, head_size)`."""
+    scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
+    if bias is not None:
+        scores += bias
+    weights = tf.cast(tf.nn.softmax(scores, axis=-1), value.dtype)
+    output = tf.matmul(weights, value)  # (rows, heads, 1, head_size)
+    return tf.reshape(output, [tf.shape(output)[0], -1])
+
+
+def step(model, weights, token_ids, index, state):
+    """Logits `(rows, target_vocab_size)` for the token after `token_ids` at `index`.
+
+    Args:
+        weights: from `prepare`.
+        token_ids: int `(rows,)`, the newest token of each row.
+        index: int scalar, its position.
+        state: from `start` or the previous step; returned with each layer's
+            self-attention cache one position longer.
+    """
+    heads, head_size = model.num_heads, model.d_model // model.num_heads
+    width = model.d_model
+    pre_ln = bool(model.normalize_first)
+    activation = keras.activations.get(model.activation)
+    x = tf.gather(weights["embeddings"], token_ids) * tf.cast(
+        math.sqrt(width), weights["embeddings"].dtype
+    )
+    x += tf.gather(weights["positions"], index)
+
+    epsilon = float(model.layer_norm_epsilon)
+
+    def residual(x, output, norm):
+        return x + output if pre_ln else _layer_norm(x + output, norm, epsilon)
+
+    def sublayer_input(x, norm):
+        return _layer_norm(x, norm, epsilon) if pre_ln else x
+
+    caches = []
+    for layer, (key_cache, value_cache), (cross_key, cross_value) in zip(
+        weights["layers"], state["self"], state["cross"], strict=True
+    ):
+        h = sublayer_input(x, layer["self_norm"])
+        query, key, value = tf.split(_dense(h, layer["qkv_kernel"], layer["qkv_bias"]), 3, axis=1)
+        key_cache = tf.concat([key_cache, _heads(key, heads, head_size)], axis=2)
+        value_cache = tf.concat([value_cache, _heads(value, heads, head_size)], axis=2)
+        caches.append((key_cache, value_cache))
+        attended = _attend(_heads(query, heads, head_size), key_cache, value_cache)
+        x = residual(
+            x,
+            _dense(attended, layer["self_out_kernel"], layer["self_out_bias"]),
+            layer["self_norm"],
+        )
+
+        h = sublayer_input(x, layer["cross_norm"])
+        query = _heads(_dense(h, layer["cross_q_kernel"], layer["cross_q_bias"]), heads, head_size)
+        attended = _attend(query, cross_key, cross_value, state["cross_bias"])
+        x = residual(
+            x,
+            _dense(attended, layer["cross_out_kernel"], layer["cross_out_bias"]),
+            layer["cross_norm"],
+        )
+
+        h = sublayer_input(x, layer["ffn_norm"])
+        inner = activation(_dense(h, layer["ffn_inner_kernel"], layer["ffn_inner_bias"]))
+        x = residual(
+            x, _dense(inner, layer["ffn_out_kernel"], layer["ffn_out_bias"]), layer["ffn_norm"]
+        )
+
+    if "final_norm" in weights:
+        x = _layer_norm(x, weights["final_norm"], epsilon)
+    if "projection_kernel" in weights:
+        logits = _dense(x, weights["projection_kernel"], weights["projection_bias"])
+    else:
+        logits = tf.matmul(x, weights["embeddings"], transpose_b=True)
+    return tf.cast(logits, tf.float32), {**state, "self": caches}

@@ -1,0 +1,126 @@
+"""The fused serving step (`decoder_step.py`) against the Keras layers it stands for."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoder_step, decoding
+from tests.helpers import tiny_transformer
+
+VOCAB = 30
+VARIANTS = {
+    "post-LN, own projection": {},
+    "pre-LN, tied": {"normalize_first": True, "tie_embeddings": True},
+    "shared and tied, gelu": {
+        "share_embeddings": True,
+        "tie_embeddings": True,
+        "activation": "gelu",
+    },
+}
+SOURCE = np.array([[2, 5, 6, 7, 8, 3], [2, 9, 3, 0, 0, 0], [2, 11, 12, 3, 0, 0]])
+TARGET = np.array([[2, 4, 9, 13, 5, 7], [2, 6, 6, 21, 8, 3], [2, 17, 3, 0, 0, 0]])
+
+
+def model_of(variant):
+    return tiny_transformer(vocab_size=VOCAB, num_layers=2, seed=3, **VARIANTS[variant])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_step_logits_equal_the_full_model(variant):
+    """Teacher-forced, position by position: the step's logits are the model's logits
+    at that position, the cache one position longer after each step."""
+    model = model_of(variant)
+    full = model((SOURCE, TARGET), training=False).numpy()
+    state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
+    for t in range(TARGET.shape[1]):
+        logits, state = model.decoding_step(tf.constant(TARGET), t, state)
+        real = TARGET[:, t] != 0  # the full model masks the padded target positions
+        np.testing.assert_allclose(
+            logits.numpy()[real], full[real, t], atol=1e-5, err_msg=f"step {t}"
+        )
+        key_cache, value_cache = state["self"][0]
+        assert key_cache.shape[2] == value_cache.shape[2] == t + 1
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_step_equals_the_keras_decode_step(variant):
+    """The same features as the layers' own cached path (`Decoder.decode_step`)."""
+    model = model_of(variant)
+    context, context_mask = model.encode(tf.constant(SOURCE))
+    cache = model.decoder.init_cache(context, max_length=TARGET.shape[1])
+    state = decoder_step.start(model, context, context_mask)
+    weights = decoder_step.prepare(model)
+    for t in range(TARGET.shape[1]):
+        features, cache = model.decoder.decode_step(
+            TARGET[:, t : t + 1], cache, t, context_mask=context_mask
+        )
+        logits, state = decoder_step.step(model, weights, tf.constant(TARGET[:, t]), t, state)
+        np.testing.assert_allclose(logits.numpy(), model.project(features)[:, 0].numpy(), atol=1e-5)
+        for (ours_k, ours_v), (layer_k, layer_v) in zip(state["self"], cache["self"], strict=True):
+            np.testing.assert_allclose(ours_k.numpy(), layer_k.numpy(), atol=1e-5)
+            np.testing.assert_allclose(ours_v.numpy(), layer_v.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_cached_searches_equal_uncached(variant):
+    """Token for token through the in-graph loops, greedy and beam."""
+    model = model_of(variant)
+    source = tf.constant(SOURCE)
+    cached = decoding.greedy_search(model, source, 10, stop_at_end=False, return_logits=True)
+    uncached = decoding.greedy_search(
+        model, source, 10, stop_at_end=False, use_cache=False, return_logits=True
+    )
+    np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_allclose(cached.logits.numpy(), uncached.logits.numpy(), atol=1e-5)
+    beam = decoding.beam_search(model, source, beam_width=3, max_length=10)
+    beam_uncached = decoding.beam_search(
+        model, source, beam_width=3, max_length=10, use_cache=False
+    )
+    np.testing.assert_array_equal(beam.tokens.numpy(), beam_uncached.tokens.numpy())
+    np.testing.assert_allclose(beam.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
+
+
+def test_mixed_precision_step_follows_the_model():
+    """Under mixed_bfloat16 the step computes in bfloat16 like the layers and returns
+    float32 logits close to the model's."""
+    model = tiny_transformer(vocab_size=VOCAB, num_layers=2, seed=3, dtype="mixed_bfloat16")
+    full = model((SOURCE, TARGET), training=False).numpy()
+    state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
+    assert state["weights"]["layers"][0]["qkv_kernel"].dtype == tf.bfloat16
+    for t in range(TARGET.shape[1]):
+        logits, state = model.decoding_step(tf.constant(TARGET), t, state)
+        assert logits.dtype == tf.float32
+        real = TARGET[:, t] != 0
+        np.testing.assert_allclose(logits.numpy()[real], full[real, t], atol=0.1)
+
+
+def _loop_body_ops(function, *args):
+    """Op types of the innermost while-loop body of `function`'s graph."""
+    graph_def = function.get_concrete_function(*args).graph.as_graph_def()
+    library = {f.signature.name: f for f in graph_def.library.function}
+    node_lists = [graph_def.node] + [f.node_def for f in library.values()]
+    bodies = [
+        library[node.attr["body"].func.name]
+        for nodes in node_lists
+        for node in nodes
+        if node.op in ("While", "StatelessWhile")
+    ]
+    innermost = [b for b in bodies if not any(n.op.endswith("While") for n in b.node_def)]
+    return [node.op for node in max(innermost, key=lambda b: len(b.node_def)).node_def]
+
+
+def test_the_step_reads_no_variable_and_moves_no_cache_in_the_loop():
+    """Weights are read and fused before the loop; a step appends to the caches
+    (ConcatV2), never transposes or scatters them."""
+    model = model_of("post-LN, own projection")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
+    def greedy(source):
+        return decoding.greedy_search(model, source, 8).tokens
+
+    ops = _loop_body_ops(greedy, tf.TensorSpec([None, None], tf.int64))
+    assert "ReadVariableOp" not in ops
+    assert "Transpose" not in ops and "TensorScatterUpdate" not in ops
+    # Two self-attention caches (key, value) per layer grow by one position.
+    assert ops.count("ConcatV2") == 2 * model.num_layers
+    assert ops.count("MatMul") == 6 * model.num_layers + 1  # + the vocabulary projection
