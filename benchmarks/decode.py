@@ -18,6 +18,16 @@ the TED training text.
 
     python benchmarks/decode.py                       # 64 sentences, 32 steps
     python benchmarks/decode.py --sentences 256 --steps 64
+
+With `--run-dir`, a trained run against CTranslate2 on the same weights instead:
+the run's default export (as `keras-transformer export` writes it) and the run
+converted by `ctranslate2_convert.py`, both float32 on the machine's cores. Greedy
+outputs are compared on every sentence before any timing (the run stops if one
+differs); then sentences/s at batch 1 and 64, greedy and beam 4, and the ratio.
+Each stops at [END], as a served model does.
+
+    python benchmarks/decode.py --run-dir runs/quality_ted \\
+        --source ../shared/corpora/ted_pt_en/test.pt --sentences 128
 """
 
 from __future__ import annotations
@@ -35,7 +45,12 @@ from keras_transformer import Transformer
 from keras_transformer.constants import START_ID
 from keras_transformer.export import export_translator
 from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
-from keras_transformer.translator import TEXT_SPEC, Translator
+from keras_transformer.translator import (
+    DEFAULT_MAX_LENGTH_A,
+    DEFAULT_MAX_LENGTH_B,
+    TEXT_SPEC,
+    Translator,
+)
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora" / "ted_pt_en"
 SIZE = dict(num_layers=4, d_model=128, num_heads=8, dff=512)
@@ -179,6 +194,119 @@ def sentences_per_second(signature, sentences: list[str], batch_size: int, repea
     return len(sentences) / best
 
 
+def ctranslate2_rate(translator, batches, beam: int, max_length: int, repeats: int) -> float:
+    """Sentences/s of a `ctranslate2.Translator` over pre-tokenized `batches`."""
+    options = dict(beam_size=beam, max_decoding_length=max_length)
+    translator.translate_batch(batches[0], **options)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for batch in batches:
+            translator.translate_batch(batch, **options)
+        best = min(best, time.perf_counter() - start)
+    return sum(len(b) for b in batches) / best
+
+
+def compare_with_ctranslate2(args) -> None:
+    """A trained run's default export against CTranslate2 on the same weights."""
+    import os
+
+    import ctranslate2
+    import ctranslate2_convert
+
+    from keras_transformer import export, run_dir
+
+    sentences = read_lines(Path(args.source), args.sentences)
+    model, source_tokenizer, target_tokenizer, _ = run_dir.load_run(
+        args.run_dir, average_last=args.average_last
+    )
+    threads = os.cpu_count()
+    with tempfile.TemporaryDirectory() as root:
+        path = export.export_run(args.run_dir, root, "ours", average_last=args.average_last)
+        ours = tf.saved_model.load(str(path))
+        limits = {k: int(v) for k, v in ours.serving_limits().items()}
+        converted = ctranslate2_convert.convert(
+            model, source_tokenizer, target_tokenizer, Path(root) / "ctranslate2"
+        )
+        peer = ctranslate2.Translator(
+            str(converted),
+            device="cpu",
+            compute_type="float32",
+            inter_threads=1,
+            intra_threads=threads,
+        )
+        pieces = ctranslate2_convert.source_pieces(
+            source_tokenizer, sentences, limits["max_source_length"]
+        )
+        vocabulary = {str(p): i for i, p in enumerate(target_tokenizer.get_vocab())}
+
+        capped = []
+
+        def peer_texts(batch):
+            """CTranslate2's greedy output, cut as the export's source-relative cap cuts a
+            row (CTranslate2 has one limit for all rows): a row that reaches
+            a * source tokens + b ends there with [END]."""
+            results = peer.translate_batch(
+                batch, beam_size=1, max_decoding_length=limits["max_length"]
+            )
+            ids = []
+            for row, result in zip(batch, results):
+                row_ids = [vocabulary[p] for p in result.hypotheses[0]]
+                limit = int(DEFAULT_MAX_LENGTH_A * (len(row) - 2) + DEFAULT_MAX_LENGTH_B)
+                limit = min(max(limit, 1), limits["max_length"])
+                if len(row_ids) + 1 > limit:  # its [END] would come after the limit
+                    capped.append(row)
+                    row_ids = row_ids[: limit - 1]
+                ids.append(row_ids)
+            ids = tf.ragged.constant(ids, dtype=tf.int64, ragged_rank=1)
+            text = target_tokenizer.detokenize(ids)
+            return [t.decode("utf-8") for t in text.numpy()]
+
+        ours_greedy, peer_greedy = [], []
+        for i in range(0, len(sentences), 64):
+            out = ours.signatures["serving_default"](text=tf.constant(sentences[i : i + 64]))
+            ours_greedy += [t.decode("utf-8") for t in out["translation"].numpy()]
+            peer_greedy += peer_texts(pieces[i : i + 64])
+        differing = [i for i, (a, b) in enumerate(zip(ours_greedy, peer_greedy)) if a != b]
+        print(
+            f"{args.run_dir}: {model.count_params():,} parameters, "
+            f"{model.num_layers}+{model.num_layers} layers, d_model {model.d_model}; "
+            f"export limits {limits}; CTranslate2 {ctranslate2.__version__}, "
+            f"{threads} threads, float32"
+        )
+        print(
+            f"greedy outputs identical on {len(sentences) - len(differing)}/{len(sentences)} "
+            f"sentences of {args.source} ({len(capped)} cut by the export's source-relative "
+            "cap; CTranslate2 decodes those on to its one limit when timed)"
+        )
+        if differing:
+            for i in differing[:3]:
+                print(f"  {i}: ours {ours_greedy[i]!r}\n  {i}: peer {peer_greedy[i]!r}")
+            raise SystemExit("decode.py: the conversion is not exact; nothing timed")
+
+        print(
+            f"\n{'search':<8} {'batch':>5} {'SavedModel sent/s':>18} {'CTranslate2 sent/s':>19}"
+            f" {'ours/CTranslate2':>17}"
+        )
+        for search in ("serving_default", "beam_search"):
+            beam = 1 if search == "serving_default" else args.beam_width
+            for batch_size in args.batch_sizes:
+                count = args.batch1_sentences if batch_size == 1 else len(sentences)
+                ours_rate = sentences_per_second(
+                    ours.signatures[search], sentences[:count], batch_size, args.repeats
+                )
+                batches = [pieces[i : i + batch_size] for i in range(0, count, batch_size)]
+                peer_rate = ctranslate2_rate(
+                    peer, batches, beam, limits["max_length"], args.repeats
+                )
+                label = "greedy" if beam == 1 else f"beam{beam}"
+                print(
+                    f"{label:<8} {batch_size:>5} {ours_rate:>18.1f} {peer_rate:>19.1f}"
+                    f" {ours_rate / peer_rate:>16.2f}x",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS)
@@ -191,7 +319,15 @@ def main() -> None:
     parser.add_argument("--batch1-sentences", type=int, default=16, help="fewer at batch 1")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes; best kept")
     parser.add_argument("--skip-kerashub", action="store_true")
+    parser.add_argument("--run-dir", help="a trained run: time its export against CTranslate2")
+    parser.add_argument("--source", help="with --run-dir: source sentences, one a line")
+    parser.add_argument("--average-last", type=int, default=None, help="with --run-dir")
     args = parser.parse_args()
+    if args.run_dir:
+        if not args.source:
+            parser.error("--run-dir needs --source")
+        compare_with_ctranslate2(args)
+        return
 
     keras.utils.set_random_seed(0)
     corpus = args.corpus.resolve()
