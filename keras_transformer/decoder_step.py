@@ -125,6 +125,10 @@ def prepare(model) -> dict:
 def start(model, context, context_mask) -> dict:
     """Per-source state: cross-attention keys/values, the source bias, empty caches.
 
+    Keys are `(rows, heads, positions, head_size)`, values transposed to
+    `(rows, heads, head_size, positions)` so that both of `_attend`'s sums run
+    over the last axis.
+
     Args:
         context: the encoder output `(rows, source_length, d_model)`.
         context_mask: bool `(rows, source_length)`, True at real source tokens.
@@ -132,13 +136,16 @@ def start(model, context, context_mask) -> dict:
     rows = tf.shape(context)[0]
     cross, self_cache = [], []
     for block in model.decoder.dec_layers:
-        cross.append(block.cross_attention.project_key_value(context))
-        self_cache.append(block.causal_self_attention.empty_cache(rows))
+        key, value = block.cross_attention.project_key_value(context)
+        cross.append((key, tf.transpose(value, [0, 1, 3, 2])))
+        mha = block.causal_self_attention.mha
+        empty = tf.zeros([rows, mha.num_heads, 0, mha.key_dim], mha.compute_dtype)
+        self_cache.append((empty, tf.transpose(empty, [0, 1, 3, 2])))
     bias = (1.0 - tf.cast(context_mask, tf.float32)) * _MASKED_LOGIT
     return {
         "self": self_cache,
         "cross": cross,
-        "cross_bias": bias[:, None, None, :],  # (rows, heads, queries, source)
+        "cross_bias": bias[:, None, :],  # (rows, heads, source)
     }
 
 
@@ -148,12 +155,21 @@ def _heads(x, heads: int, head_size: int):
 
 
 def _attend(query, key, value, bias=None):
-    """One query per row and head over `key`/`value` `(rows, heads, keys, head_size)`."""
-    scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
+    """One query per row and head over `key` `(rows, heads, keys, head_size)` and
+    `value` `(rows, heads, head_size, keys)`.
+
+    Written as broadcast products and sums rather than batched matmuls and
+    `tf.nn.softmax`: with one query those are tiny, and TensorFlow's oneDNN
+    kernels (on by default on x86) spend more time setting up each call than
+    computing, more so as the self-attention cache changes shape every step.
+    Both sums run over the last axis (values are kept transposed for that).
+    """
+    scores = tf.cast(tf.reduce_sum(query * key, axis=-1), tf.float32)  # (rows, heads, keys)
     if bias is not None:
         scores += bias
-    weights = tf.cast(tf.nn.softmax(scores, axis=-1), value.dtype)
-    output = tf.matmul(weights, value)  # (rows, heads, 1, head_size)
+    scores = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+    weights = tf.cast(scores / tf.reduce_sum(scores, axis=-1, keepdims=True), value.dtype)
+    output = tf.reduce_sum(weights[:, :, None, :] * value, axis=-1)  # (rows, heads, head_size)
     return tf.reshape(output, [tf.shape(output)[0], -1])
 
 
@@ -191,7 +207,7 @@ def step(model, weights, token_ids, index, state):
         h = sublayer_input(x, layer["self_norm"])
         query, key, value = tf.split(_dense(h, layer["qkv_kernel"], layer["qkv_bias"]), 3, axis=1)
         key_cache = tf.concat([key_cache, _heads(key, heads, head_size)], axis=2)
-        value_cache = tf.concat([value_cache, _heads(value, heads, head_size)], axis=2)
+        value_cache = tf.concat([value_cache, tf.reshape(value, [-1, heads, head_size, 1])], axis=3)
         caches.append((key_cache, value_cache))
         attended = _attend(_heads(query, heads, head_size), key_cache, value_cache)
         x = residual(

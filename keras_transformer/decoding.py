@@ -489,13 +489,11 @@ def _free_leading_dims(tensor, count: int) -> tf.TensorShape:
 
 
 def _state_invariant(tensor) -> tf.TensorShape:
-    """A decoding state tensor's loop invariant: every axis free but the last.
+    """A decoding state tensor's loop invariant: its rank only.
 
     The self-attention caches grow by a position every step (a step attends over
     what was decoded, not over `max_length` slots), and the hypothesis axis is
-    dynamic when `beam_width` is a tensor; feature sizes stay fixed.
+    dynamic when `beam_width` is a tensor.
     """
     shape = tensor.shape
-    if shape.rank is None or shape.rank == 0:
-        return shape
-    return tf.TensorShape([None] * (shape.rank - 1) + [shape[-1]])
+    return shape if shape.rank is None else tf.TensorShape([None] * shape.rank)
