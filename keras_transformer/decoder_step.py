@@ -154,7 +154,7 @@ def _heads(x, heads: int, head_size: int):
     return tf.reshape(x, [-1, heads, 1, head_size])
 
 
-def _attend(query, key, value, bias=None):
+def _attend(query, key, value, width: int, bias=None):
     """One query per row and head over `key` `(rows, heads, keys, head_size)` and
     `value` `(rows, heads, head_size, keys)`.
 
@@ -170,7 +170,7 @@ def _attend(query, key, value, bias=None):
     scores = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
     weights = tf.cast(scores / tf.reduce_sum(scores, axis=-1, keepdims=True), value.dtype)
     output = tf.reduce_sum(weights[:, :, None, :] * value, axis=-1)  # (rows, heads, head_size)
-    return tf.reshape(output, [tf.shape(output)[0], -1])
+    return tf.reshape(output, [-1, width])
 
 
 def step(model, weights, token_ids, index, state):
@@ -209,7 +209,7 @@ def step(model, weights, token_ids, index, state):
         key_cache = tf.concat([key_cache, _heads(key, heads, head_size)], axis=2)
         value_cache = tf.concat([value_cache, tf.reshape(value, [-1, heads, head_size, 1])], axis=3)
         caches.append((key_cache, value_cache))
-        attended = _attend(_heads(query, heads, head_size), key_cache, value_cache)
+        attended = _attend(_heads(query, heads, head_size), key_cache, value_cache, width)
         x = residual(
             x,
             _dense(attended, layer["self_out_kernel"], layer["self_out_bias"]),
@@ -218,7 +218,7 @@ def step(model, weights, token_ids, index, state):
 
         h = sublayer_input(x, layer["cross_norm"])
         query = _heads(_dense(h, layer["cross_q_kernel"], layer["cross_q_bias"]), heads, head_size)
-        attended = _attend(query, cross_key, cross_value, state["cross_bias"])
+        attended = _attend(query, cross_key, cross_value, width, state["cross_bias"])
         x = residual(
             x,
             _dense(attended, layer["cross_out_kernel"], layer["cross_out_bias"]),
