@@ -5,8 +5,8 @@ Keras layers that costs about a thousand graph nodes a step: every Dense on a
 `(batch, 1, d_model)` input reshapes through `tensordot` (Shape, Prod, GatherV2,
 ConcatV2, Reshape), every variable is read again, heads are split by transposes.
 On a CPU, where a step's arithmetic is small, those nodes are the cost. Here the
-same math runs on `(rows, d_model)` matrices with weights prepared once per call,
-outside the loop: query, key and value projections fused into one matrix with the
+same math runs on `(rows, d_model)` matrices with weights prepared once per search,
+outside the step loop: query, key and value projections fused into one matrix with the
 query's 1/sqrt(head size) folded in, key and value of cross-attention projected once
 per source, the source mask turned into an additive bias once. A step is then about
 sixty nodes per layer, and its self-attention reads a cache that grows by one
@@ -55,7 +55,8 @@ def _dense(x, kernel, bias):
 
 
 def prepare(model) -> dict:
-    """The decoder's weights as tensors for `step`, read once per traced call.
+    """The decoder's weights as tensors for `step`, read once per search (for a
+    translator: once per sub-batch), outside the step loop.
 
     Query kernels and biases carry the 1/sqrt(head size) scale; self-attention's
     query, key and value kernels are one `(d_model, 3 * d_model)` matrix.
@@ -69,11 +70,13 @@ def prepare(model) -> dict:
         scale = 1.0 / math.sqrt(self_mha.key_dim)
         ffn = block.ffn
 
-        def kernel(dense, factor=1.0):
-            return _tensor(dense.kernel, dtype) * factor
+        def kernel(dense, factor=None):
+            value = _tensor(dense.kernel, dtype)
+            return value if factor is None else value * factor
 
-        def bias(dense, factor=1.0):
-            return _tensor(dense.bias, dtype) * factor
+        def bias(dense, factor=None):
+            value = _tensor(dense.bias, dtype)
+            return value if factor is None else value * factor
 
         layers.append(
             {
@@ -145,7 +148,7 @@ def start(model, context, context_mask) -> dict:
     return {
         "self": self_cache,
         "cross": cross,
-        "cross_bias": bias[:, None, :],  # (rows, heads, source)
+        "cross_bias": bias[:, None, :],  # (rows, 1, source): the same for every head
     }
 
 
@@ -163,6 +166,10 @@ def _attend(query, key, value, width: int, bias=None):
     kernels (on by default on x86) spend more time setting up each call than
     computing, more so as the self-attention cache changes shape every step.
     Both sums run over the last axis (values are kept transposed for that).
+    The price: each product is a `(rows, heads, keys, head_size)` temporary,
+    rows x d_model x keys values (4 MB for 64 rows, d_model 128, a 128-token
+    source; beam 4 and d_model 512 make it 64 MB), where a matmul needs none;
+    at 64 rows and beam 4 the matmul form was 25% faster (benchmarks/README.md).
     """
     scores = tf.cast(tf.reduce_sum(query * key, axis=-1), tf.float32)  # (rows, heads, keys)
     if bias is not None:

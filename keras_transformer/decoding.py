@@ -5,8 +5,8 @@ at its own [END]; `in_sub_batches` runs a search over a large batch a bounded
 number of rows at a time. The searches see the model only through its step interface:
 `decoding_start` (the source encoded once, cross-attention keys/values
 projected once, empty self-attention caches), `decoding_step` (the newest
-token in, the next token's logits out, its keys/values written into a
-fixed-size cache) and `reorder_decoding_state` (beam search).
+token in, the next token's logits out, its keys/values appended to a cache
+that grows a position a step) and `reorder_decoding_state` (beam search).
 
 Only TensorFlow ops are used (no XLA-only ops), so the searches can be
 exported in a SavedModel that the stock TF Serving model server runs.

@@ -200,7 +200,9 @@ class Transformer(BlockOptionsMixin, keras.Model):
 
         Args:
             context_ids: int `(batch, source_length)`.
-            steps: int, the most positions any row will decode.
+            steps: int, the most positions any row will decode (at most the
+                model's `max_length`; the caches grow as they go, so it
+                allocates nothing).
             use_cache: False re-runs the encoder and the whole decoder prefix at
                 every step (the tutorial's way: the reference, and the
                 benchmarks' baseline). The results are the same.
@@ -230,7 +232,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         Args:
             tokens: int `(hypotheses, length)`: [START] then the tokens so far;
                 positions up to `index` are read.
-            index: int scalar, the position of the newest token.
+            index: int scalar, the position of the newest token; below the
+                model's `max_length` (the searches stop there, `decode_length`).
             state: from `decoding_start` or the previous step.
 
         Returns:

@@ -82,10 +82,13 @@ def test_cached_searches_equal_uncached(variant):
     np.testing.assert_allclose(beam.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
 
 
-def test_mixed_precision_step_follows_the_model():
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_mixed_precision_step_follows_the_model(variant):
     """Under mixed_bfloat16 the step computes in bfloat16 like the layers and returns
     float32 logits close to the model's."""
-    model = tiny_transformer(vocab_size=VOCAB, num_layers=2, seed=3, dtype="mixed_bfloat16")
+    model = tiny_transformer(
+        vocab_size=VOCAB, num_layers=2, seed=3, dtype="mixed_bfloat16", **VARIANTS[variant]
+    )
     full = model((SOURCE, TARGET), training=False).numpy()
     state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
     assert state["weights"]["layers"][0]["qkv_kernel"].dtype == tf.bfloat16
@@ -94,6 +97,27 @@ def test_mixed_precision_step_follows_the_model():
         assert logits.dtype == tf.float32
         real = TARGET[:, t] != 0
         np.testing.assert_allclose(logits.numpy()[real], full[real, t], atol=0.1)
+
+
+def test_traced_beam_with_a_dynamic_width_equals_uncached():
+    """The beam width as a tensor (as the export's signature takes it): the hypothesis
+    axis and the caches change size inside the loop."""
+    model = model_of("pre-LN, tied")
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None], tf.int64), tf.TensorSpec([], tf.int32)]
+    )
+    def beam(source, width):
+        cached = decoding.beam_search(model, source, beam_width=width, max_length=10)
+        uncached = decoding.beam_search(
+            model, source, beam_width=width, max_length=10, use_cache=False
+        )
+        return cached.tokens, uncached.tokens, cached.scores, uncached.scores
+
+    for width in (1, 3):
+        tokens, reference, scores, reference_scores = beam(tf.constant(SOURCE), tf.constant(width))
+        np.testing.assert_array_equal(tokens.numpy(), reference.numpy())
+        np.testing.assert_allclose(scores.numpy(), reference_scores.numpy(), atol=1e-5)
 
 
 def _loop_body_ops(function, *args):

@@ -194,11 +194,13 @@ class Decoder(BlockStack):
         x = self._finish(x)
         return (x, attention_scores) if return_attention_scores else x
 
-    def init_cache(self, context, max_length):
-        """Decoding state for `max_length` target positions.
+    def init_cache(self, context, max_length=None):
+        """Decoding state for incremental decoding (`decode_step`).
 
         Cross-attention keys/values are projected here, once per source;
-        self-attention caches start empty.
+        self-attention caches start empty and grow by the positions each step
+        writes, up to the embedding's `max_length` (the argument is accepted
+        for callers that name their bound).
 
         Returns:
             dict with "self" and "cross": lists (one per layer) of
