@@ -15,12 +15,13 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~480 lines: the three searches share one loop
-(`_token_search`, the buffers, the row limits and `DecodeResult`), and beam
-search is its one variant with state of its own; `in_sub_batches` is the
-searches' one caller-facing wrapper. Split apart, each file would import the
-same private helpers from the other. If a fourth search or the decoder work
-of the CTranslate2 issue grows it, beam search (`_Beams`, `beam_search`) is
+Why one module of ~500 lines: the three searches share one loop
+(`_token_search`, the buffers, the row limits, the state's loop invariants and
+`DecodeResult`), and beam search is its one variant with state of its own;
+`in_sub_batches` is the searches' one caller-facing wrapper. Split apart, each
+file would import the same private helpers from the other. The decoder's own
+step moved out to `decoder_step.py` (the model's side of the step interface);
+if a fourth search grows this file, beam search (`_Beams`, `beam_search`) is
 the piece to move into a module of its own.
 """
 
