@@ -24,7 +24,8 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.multi_head_attention import _MASKED_LOGIT
+from keras_transformer.layers import masks
+from keras_transformer.layers.layer_norm import layer_norm
 
 
 def _tensor(variable, dtype):
@@ -35,12 +36,7 @@ def _layer_norm(x, norm, epsilon):
     """Our LayerNormalization over the last axis, `norm` its (gamma, beta), in float32
     at least."""
     gamma, beta = norm
-    dtype = x.dtype
-    x = tf.cast(x, gamma.dtype)
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    centered = x - mean
-    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-    return tf.cast(centered * tf.math.rsqrt(variance + epsilon) * gamma + beta, dtype)
+    return tf.cast(layer_norm(tf.cast(x, gamma.dtype), gamma, beta, epsilon), x.dtype)
 
 
 def _norm_weights(layer):
@@ -142,9 +138,10 @@ def start(model, context, context_mask) -> dict:
         key, value = block.cross_attention.project_key_value(context)
         cross.append((key, tf.transpose(value, [0, 1, 3, 2])))
         mha = block.causal_self_attention.mha
-        empty = tf.zeros([rows, mha.num_heads, 0, mha.key_dim], mha.compute_dtype)
-        self_cache.append((empty, tf.transpose(empty, [0, 1, 3, 2])))
-    bias = (1.0 - tf.cast(context_mask, tf.float32)) * _MASKED_LOGIT
+        keys = tf.zeros([rows, mha.num_heads, 0, mha.key_dim], mha.compute_dtype)
+        values = tf.zeros([rows, mha.num_heads, mha.key_dim, 0], mha.compute_dtype)
+        self_cache.append((keys, values))
+    bias = masks.additive_bias(context_mask)
     return {
         "self": self_cache,
         "cross": cross,

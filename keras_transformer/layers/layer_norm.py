@@ -31,15 +31,25 @@ class LayerNormalization(keras.layers.LayerNormalization):
         return tf.cast(outputs, self.compute_dtype)
 
 
+def _standardize(x, epsilon):
+    """(x standardized over the last axis, 1 / its standard deviation)."""
+    centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    inverse_std = tf.math.rsqrt(
+        tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon
+    )
+    return centered * inverse_std, inverse_std
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """The layer's forward computation on plain tensors, for code that runs the
+    weights outside the layer (the decoder's fused step)."""
+    return _standardize(x, epsilon)[0] * gamma + beta
+
+
 def _normalize(x, gamma, beta, epsilon):
     @tf.custom_gradient
     def normalize(x, gamma, beta):
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        centered = x - mean
-        inverse_std = tf.math.rsqrt(
-            tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon
-        )
-        normalized = centered * inverse_std
+        normalized, inverse_std = _standardize(x, epsilon)
 
         def grad(upstream):
             rows = list(range(len(upstream.shape) - 1))

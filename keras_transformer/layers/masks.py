@@ -13,9 +13,15 @@ mask always wins. The tutorial's own layers lose that mask under Keras 3
 DESIGN.md); these layers keep it through every layer of a stack.
 """
 
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.constants import PAD_ID
+
+# Added to the logits of masked keys. A finite value (not -inf) keeps a row
+# whose keys are all masked finite (near-uniform weights) instead of NaN; the
+# softmax runs in float32, where exp(-1e9 - max) is exactly 0.
+_MASKED_LOGIT = -1e9
 
 
 def padding_mask(token_ids):
@@ -47,6 +53,12 @@ def causal_mask(query_length, key_length, query_offset=0):
 def key_mask(key_padding_mask):
     """Broadcastable attention mask `(batch, 1, keys)` from a key padding mask."""
     return ops.expand_dims(key_padding_mask, 1)
+
+
+def additive_bias(mask):
+    """A boolean "may attend" mask as a float32 bias for the logits: 0 where True,
+    a large negative number where False."""
+    return (1.0 - tf.cast(mask, tf.float32)) * _MASKED_LOGIT
 
 
 def keras_mask(x):

@@ -18,11 +18,6 @@ import tensorflow as tf
 from keras_transformer.layers import masks, packing, query_chunks, validation
 from keras_transformer.layers.dropout import make_dropout
 
-# Added to the logits of masked keys. A finite value (not -inf) keeps a row
-# whose keys are all masked finite (near-uniform weights) instead of NaN; the
-# softmax runs in float32, where exp(-1e9 - max) is exactly 0.
-_MASKED_LOGIT = -1e9
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -177,7 +172,7 @@ class MultiHeadAttention(keras.layers.Layer):
         # inference warnings, and an addition is no slower.
         bias = None
         if attention_mask is not None:
-            bias = (1.0 - tf.cast(attention_mask, tf.float32)) * _MASKED_LOGIT
+            bias = masks.additive_bias(attention_mask)
 
         def core(query, bias):
             scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
