@@ -10,7 +10,8 @@ A run
 1. trains with `keras_transformer.training.train` under `--preset` (default small; every
    training flag overrides it) for `--minutes` of training (resumable: run it again);
 2. chooses on the *validation* set only: the best checkpoint (by validation loss) or the
-   average of the last epochs' checkpoints (greedy BLEU), then the beam's length penalty;
+   average of the last epochs' checkpoints (greedy BLEU), then the beam's length penalty
+   (from 0.6, 1.0, 1.4, extended upward while the largest tried wins);
 3. exports the choice in TF Serving layout and scores the *exported SavedModel* on the test
    set, greedy and beam, with sacrebleu: BLEU and chrF on the raw reference (`--tokenize`,
    "13a" by default, "none" for pre-tokenized corpora such as TED as released) and, given
@@ -62,7 +63,11 @@ SETUPS = {
     },
 }
 PATH_KEYS = ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref", "test_ref_moses")
+# Length penalties tried on validation; while the largest tried scores best, the next one up
+# (+0.4, to at most 3.0) is tried too, so a choice never rests on the grid's edge.
 LENGTH_PENALTIES = (0.6, 1.0, 1.4)
+LENGTH_PENALTY_STEP = 0.4
+MAX_LENGTH_PENALTY = 3.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -146,12 +151,17 @@ def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     checkpoint = max(greedy, key=greedy.get)
     model = run_dir_lib.load_model(run_dir, average_last=candidates[checkpoint])
     beam = {}
-    for alpha in LENGTH_PENALTIES:
+    alphas = list(LENGTH_PENALTIES)
+    while alphas:
+        alpha = alphas.pop(0)
         translator = Translator(
             model, source_tokenizer, target_tokenizer, length_penalty_alpha=alpha
         )
         beam[alpha] = bleu(translator, args.beam)
         print(f"validation beam{args.beam} BLEU, length penalty {alpha}: {beam[alpha]:.2f}")
+        next_alpha = round(alpha + LENGTH_PENALTY_STEP, 1)
+        if not alphas and max(beam, key=beam.get) == alpha and next_alpha <= MAX_LENGTH_PENALTY:
+            alphas.append(next_alpha)
     alpha = max(beam, key=beam.get)
     return {
         "checkpoint": checkpoint,
