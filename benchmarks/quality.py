@@ -121,6 +121,20 @@ def in_memory_translate(translator: Translator, beam: int | None):
     return translate
 
 
+def search_length_penalty(score) -> dict:
+    """{alpha: score(alpha)} over LENGTH_PENALTIES, extended upward one step at a time
+    while the largest alpha tried scores best."""
+    scores = {}
+    alphas = list(LENGTH_PENALTIES)
+    while alphas:
+        alpha = alphas.pop(0)
+        scores[alpha] = score(alpha)
+        next_alpha = round(alpha + LENGTH_PENALTY_STEP, 1)
+        if not alphas and max(scores, key=scores.get) == alpha and next_alpha <= MAX_LENGTH_PENALTY:
+            alphas.append(next_alpha)
+    return scores
+
+
 def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     """Checkpoint (best or averaged) by greedy validation BLEU, then the length penalty by
     beam validation BLEU. Only the validation set is read here."""
@@ -150,18 +164,16 @@ def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
         print(f"validation greedy BLEU, {label}: {greedy[label]:.2f}", flush=True)
     checkpoint = max(greedy, key=greedy.get)
     model = run_dir_lib.load_model(run_dir, average_last=candidates[checkpoint])
-    beam = {}
-    alphas = list(LENGTH_PENALTIES)
-    while alphas:
-        alpha = alphas.pop(0)
+
+    def beam_bleu(alpha):
         translator = Translator(
             model, source_tokenizer, target_tokenizer, length_penalty_alpha=alpha
         )
-        beam[alpha] = bleu(translator, args.beam)
-        print(f"validation beam{args.beam} BLEU, length penalty {alpha}: {beam[alpha]:.2f}")
-        next_alpha = round(alpha + LENGTH_PENALTY_STEP, 1)
-        if not alphas and max(beam, key=beam.get) == alpha and next_alpha <= MAX_LENGTH_PENALTY:
-            alphas.append(next_alpha)
+        result = bleu(translator, args.beam)
+        print(f"validation beam{args.beam} BLEU, length penalty {alpha}: {result:.2f}")
+        return result
+
+    beam = search_length_penalty(beam_bleu)
     alpha = max(beam, key=beam.get)
     return {
         "checkpoint": checkpoint,

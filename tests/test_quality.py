@@ -1,0 +1,19 @@
+"""benchmarks/quality.py's validation choices."""
+
+from benchmarks.quality import MAX_LENGTH_PENALTY, search_length_penalty
+
+
+def test_the_length_penalty_grid_stops_when_an_inner_value_wins():
+    tried = search_length_penalty(lambda alpha: -abs(alpha - 1.0))
+    assert list(tried) == [0.6, 1.0, 1.4]
+
+
+def test_the_length_penalty_grid_extends_while_its_largest_value_wins():
+    tried = search_length_penalty(lambda alpha: -abs(alpha - 2.2))
+    assert list(tried) == [0.6, 1.0, 1.4, 1.8, 2.2, 2.6]
+    assert max(tried, key=tried.get) == 2.2
+
+
+def test_the_length_penalty_grid_has_a_ceiling():
+    tried = search_length_penalty(lambda alpha: alpha)
+    assert max(tried) == MAX_LENGTH_PENALTY
