@@ -64,7 +64,7 @@ SETUPS = {
 }
 PATH_KEYS = ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref", "test_ref_moses")
 # Length penalties tried on validation; while the largest tried scores best, the next one up
-# (+0.4, to at most 3.0) is tried too, so a choice never rests on the grid's edge.
+# (+0.4, to at most 3.0) is tried too, so below 3.0 a choice never rests on the grid's edge.
 LENGTH_PENALTIES = (0.6, 1.0, 1.4)
 LENGTH_PENALTY_STEP = 0.4
 MAX_LENGTH_PENALTY = 3.0

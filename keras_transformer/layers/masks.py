@@ -13,7 +13,6 @@ mask always wins. The tutorial's own layers lose that mask under Keras 3
 DESIGN.md); these layers keep it through every layer of a stack.
 """
 
-import tensorflow as tf
 from keras import ops
 
 from keras_transformer.constants import PAD_ID
@@ -58,7 +57,7 @@ def key_mask(key_padding_mask):
 def additive_bias(mask):
     """A boolean "may attend" mask as a float32 bias for the logits: 0 where True,
     a large negative number where False."""
-    return (1.0 - tf.cast(mask, tf.float32)) * _MASKED_LOGIT
+    return (1.0 - ops.cast(mask, "float32")) * _MASKED_LOGIT
 
 
 def keras_mask(x):
