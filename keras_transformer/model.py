@@ -168,8 +168,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         # Logits in float32 so that softmax and loss are stable under mixed precision.
         logits = tf.cast(logits, tf.float32)
         # Without the target's Keras mask, which the features carry and the
-        # Dense layer passes on: Keras would weight the loss by it, and the
-        # scalar masked loss then fails (DESIGN.md, known traps).
+        # Dense layer passes on: Keras would weight the loss by it, and our
+        # loss, already masked and reduced to a scalar, cannot be weighted.
         masks.drop_keras_mask(logits)
         return logits
 

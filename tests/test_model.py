@@ -198,5 +198,6 @@ def test_encoder_and_decoder_called_without_masks_give_the_models_logits():
     for source in (context, pad(context, 5)):
         features = model.decoder(x=target, context=model.encoder(source))
         assert_close(model.project(features), logits, atol=1e-5)
-    # Keras would weight the loss by a mask on the logits (see DESIGN.md).
+    # Keras would weight the loss by a mask on the logits and fail on the scalar
+    # masked loss (model.project explains).
     assert masks.keras_mask(logits) is None
