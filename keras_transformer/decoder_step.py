@@ -10,7 +10,9 @@ outside the step loop: query, key and value projections fused into one matrix wi
 query's 1/sqrt(head size) folded in, key and value of cross-attention projected once
 per source, the source mask turned into an additive bias once. A step is then about
 sixty nodes per layer, and its self-attention reads a cache that grows by one
-position a step (the positions decoded so far, never `max_length` slots).
+position a step (the positions decoded so far, never `max_length` slots), or,
+for a loop that XLA compiles (which needs fixed shapes), a cache of every slot
+written in place.
 
 The Keras layers stay the reference (`Decoder.decode_step`, the training path);
 tests/test_decoder_step.py holds this step to them (same logits within float
@@ -121,7 +123,7 @@ def prepare(model) -> dict:
     return weights
 
 
-def start(model, context, context_mask) -> dict:
+def start(model, context, context_mask, slots=None) -> dict:
     """Per-source state: cross-attention keys/values, the source bias, empty caches.
 
     Keys are `(rows, heads, positions, head_size)`, values transposed to
@@ -131,22 +133,31 @@ def start(model, context, context_mask) -> dict:
     Args:
         context: the encoder output `(rows, source_length, d_model)`.
         context_mask: bool `(rows, source_length)`, True at real source tokens.
+        slots: None for self-attention caches that grow a position a step (a
+            step attends over what was decoded). An int gives caches of
+            `slots` positions from the start, written in place and masked
+            beyond the step: the same results with every loop shape fixed, as
+            XLA needs, at the cost of attending over all slots.
     """
     rows = tf.shape(context)[0]
+    positions = 0 if slots is None else int(slots)
     cross, self_cache = [], []
     for block in model.decoder.dec_layers:
         key, value = block.cross_attention.project_key_value(context)
         cross.append((key, tf.transpose(value, [0, 1, 3, 2])))
         mha = block.causal_self_attention.mha
-        keys = tf.zeros([rows, mha.num_heads, 0, mha.key_dim], mha.compute_dtype)
-        values = tf.zeros([rows, mha.num_heads, mha.key_dim, 0], mha.compute_dtype)
+        keys = tf.zeros([rows, mha.num_heads, positions, mha.key_dim], mha.compute_dtype)
+        values = tf.zeros([rows, mha.num_heads, mha.key_dim, positions], mha.compute_dtype)
         self_cache.append((keys, values))
     bias = masks.additive_bias(context_mask)
-    return {
+    state = {
         "self": self_cache,
         "cross": cross,
         "cross_bias": bias[:, None, :],  # (rows, 1, source): the same for every head
     }
+    if slots is not None:
+        state["slot_positions"] = tf.range(positions)
+    return state
 
 
 def _heads(x, heads: int, head_size: int):
@@ -204,16 +215,36 @@ def step(model, weights, token_ids, index, state):
     def sublayer_input(x, norm):
         return _layer_norm(x, norm, epsilon) if pre_ln else x
 
+    if "slot_positions" in state:  # fixed-size caches: written at `index`, masked after it
+        slot_positions = state["slot_positions"]
+        write = tf.cast(tf.equal(slot_positions, index), weights["embeddings"].dtype)
+        self_bias = masks.additive_bias(slot_positions <= index)
+
+        def append(key_cache, value_cache, key, value):
+            return key_cache + key * write[:, None], value_cache + value * write
+
+    else:  # growing caches: one position longer
+        self_bias = None
+
+        def append(key_cache, value_cache, key, value):
+            return tf.concat([key_cache, key], axis=2), tf.concat([value_cache, value], axis=3)
+
     caches = []
     for layer, (key_cache, value_cache), (cross_key, cross_value) in zip(
         weights["layers"], state["self"], state["cross"], strict=True
     ):
         h = sublayer_input(x, layer["self_norm"])
         query, key, value = tf.split(_dense(h, layer["qkv_kernel"], layer["qkv_bias"]), 3, axis=1)
-        key_cache = tf.concat([key_cache, _heads(key, heads, head_size)], axis=2)
-        value_cache = tf.concat([value_cache, tf.reshape(value, [-1, heads, head_size, 1])], axis=3)
+        key_cache, value_cache = append(
+            key_cache,
+            value_cache,
+            _heads(key, heads, head_size),
+            tf.reshape(value, [-1, heads, head_size, 1]),
+        )
         caches.append((key_cache, value_cache))
-        attended = _attend(_heads(query, heads, head_size), key_cache, value_cache, width)
+        attended = _attend(
+            _heads(query, heads, head_size), key_cache, value_cache, width, self_bias
+        )
         x = residual(
             x,
             _dense(attended, layer["self_out_kernel"], layer["self_out_bias"]),

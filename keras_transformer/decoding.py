@@ -9,7 +9,8 @@ token in, the next token's logits out, its keys/values appended to a cache
 that grows a position a step) and `reorder_decoding_state` (beam search).
 
 Only TensorFlow ops are used (no XLA-only ops), so the searches can be
-exported in a SavedModel that the stock TF Serving model server runs.
+exported in a SavedModel that the stock TF Serving model server runs; with
+`fixed_shapes` no loop value changes shape, so XLA can also compile them.
 
 All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
@@ -64,14 +65,21 @@ def decode_length(model, max_length: int | None) -> int:
     return min(int(max_length), limit)
 
 
-def in_sub_batches(search, context_ids, sub_batch_size: int, steps: int) -> DecodeResult:
-    """Runs `search` over `sub_batch_size` rows at a time, one sub-batch after another.
+def in_sub_batches(
+    search, context_ids, sub_batch_size: int, steps: int, in_flight: int = 1
+) -> DecodeResult:
+    """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
 
     What bounds a serving call: however many rows a request holds, the graph
     decodes only `sub_batch_size` of them at once, so its memory is that of one
     sub-batch, and its ops stay small enough for other callers' ops to run
     between them on the shared thread pools (one batch of 10,000 rows makes
     every op long, and every other caller waits behind it).
+
+    `in_flight` searches run at once, each over `sub_batch_size / in_flight`
+    rows (or `rows / in_flight`, when fewer): a search's step is a chain of
+    small ops that keeps one core busy, so two searches side by side use a
+    second core that one search leaves idle, within the same memory bound.
 
     Rows are sorted by source length first, as CTranslate2 does: a sub-batch
     holds rows of similar length, so one long row pads only rows as long as it,
@@ -83,26 +91,33 @@ def in_sub_batches(search, context_ids, sub_batch_size: int, steps: int) -> Deco
             `context_ids`, int64 `(rows, length)` 0-padded; `index` is the
             sub-batch's number (int32 scalar), for seeding.
         context_ids: int64 `tf.RaggedTensor` `(batch, None)`, the source ids.
-        sub_batch_size: int. Most rows in one search.
+        sub_batch_size: int. Most rows decoded at once, over all searches in flight.
         steps: int. The width of `search`'s tokens.
+        in_flight: int. Searches run at once.
 
     Returns:
         A `DecodeResult` of `batch` rows (without logits).
     """
-    sub_batch_size = int(sub_batch_size)
+    sub_batch_size, in_flight = int(sub_batch_size), int(in_flight)
     if sub_batch_size <= 0:
         raise ValueError(
             f"`sub_batch_size` must be positive. Received: sub_batch_size={sub_batch_size}"
         )
+    if in_flight <= 0:
+        raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
     order = tf.argsort(context_ids.row_lengths(), stable=True)
     sorted_ids = tf.gather(context_ids, order)
     rows = tf.shape(order)[0]
-    count = (rows + sub_batch_size - 1) // sub_batch_size
+    # A batch smaller than the bound is split evenly over the searches in flight.
+    size = tf.maximum(
+        1, tf.minimum(-(-sub_batch_size // in_flight), (rows + in_flight - 1) // in_flight)
+    )
+    count = (rows + size - 1) // size
 
     def body(index, tokens, lengths, scores):
-        start = index * sub_batch_size
+        start = index * size
         # Padded to the longest row of this sub-batch only.
-        chunk = sorted_ids[start : start + sub_batch_size].to_tensor()
+        chunk = sorted_ids[start : start + size].to_tensor()
         result = search(chunk, index)
         return (
             index + 1,
@@ -114,8 +129,8 @@ def in_sub_batches(search, context_ids, sub_batch_size: int, steps: int) -> Deco
     def array(dtype, shape):
         return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
 
-    # parallel_iterations=1: the sub-batches are independent, and the loop
-    # would otherwise run up to 10 of them at once, with 10 times the memory.
+    # parallel_iterations bounds the sub-batches in flight (and so the memory):
+    # they are independent, and the loop would otherwise run up to 10 at once.
     _, tokens, lengths, scores = tf.while_loop(
         lambda index, *_: index < count,
         body,
@@ -125,7 +140,7 @@ def in_sub_batches(search, context_ids, sub_batch_size: int, steps: int) -> Deco
             array(tf.int32, tf.TensorShape([None])),
             array(tf.float32, tf.TensorShape([None])),
         ),
-        parallel_iterations=1,
+        parallel_iterations=in_flight,
     )
     restore = tf.math.invert_permutation(order)
     return DecodeResult(
@@ -175,6 +190,7 @@ def _token_search(
     use_cache: bool,
     return_logits: bool,
     row_limits=None,
+    fixed_shapes: bool = False,
 ) -> DecodeResult:
     """One token per row per step, chosen by `choose(logits, step) -> int64 ids`.
 
@@ -185,7 +201,7 @@ def _token_search(
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
     tokens = _start_buffer([batch], steps)  # (batch, steps + 1)
-    state = model.decoding_start(context_ids, steps, use_cache)
+    state = model.decoding_start(context_ids, steps, use_cache, fixed_shapes=fixed_shapes)
 
     def cond(i, tokens, state, done, scores, lengths, logits_array):
         return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
@@ -219,8 +235,14 @@ def _token_search(
         tf.zeros([batch], tf.int32),
         logits_array,
     )
+    # Row-indexed loop values keep their row count free: it is static when the
+    # caller's shapes are.
     invariants = tuple(
-        tf.nest.map_structure(_state_invariant, v) if k == 2 else None
+        None
+        if k in (0, 6)
+        else tf.nest.map_structure(_state_invariant, v)
+        if k == 2
+        else _free_leading_dims(v, 1)
         for k, v in enumerate(loop_vars)
     )
     _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
@@ -238,6 +260,7 @@ def greedy_search(
     use_cache: bool = True,
     return_logits: bool = False,
     row_limits=None,
+    fixed_shapes: bool = False,
 ) -> DecodeResult:
     """Greedy decoding: the most likely token at every step.
 
@@ -253,6 +276,9 @@ def greedy_search(
         row_limits: optional int `(batch,)`, the most tokens each row may
             generate ([END] included; see `source_relative_limits`): a row that
             reaches its limit ends there with [END].
+        fixed_shapes: keep every loop shape fixed (caches of `max_length`
+            positions from the start), as a loop compiled by XLA needs; same
+            result.
     """
     return _token_search(
         model,
@@ -263,6 +289,7 @@ def greedy_search(
         use_cache,
         return_logits,
         row_limits,
+        fixed_shapes,
     )
 
 
@@ -376,6 +403,7 @@ def beam_search(
     stop_at_end: bool = True,
     use_cache: bool = True,
     row_limits=None,
+    fixed_shapes: bool = False,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; returns the best hypothesis per row.
 
@@ -398,6 +426,7 @@ def beam_search(
             every step (the tutorial's way, for benchmarks); same result.
         row_limits: optional int `(batch,)`, the most tokens each row may
             generate: at its limit every hypothesis of the row must end ([END]).
+        fixed_shapes: as for `greedy_search`.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
@@ -407,7 +436,9 @@ def beam_search(
     vocab = model.target_vocab_size
     batch = tf.shape(context_ids)[0]
     # Hypothesis k of row b is row b * width + k of the state.
-    state = model.decoding_start(context_ids, steps, use_cache, beam_width=width)
+    state = model.decoding_start(
+        context_ids, steps, use_cache, beam_width=width, fixed_shapes=fixed_shapes
+    )
     max_penalty = length_penalty(steps, length_penalty_alpha)
 
     def cond(i, beams, state):

@@ -195,19 +195,22 @@ class Transformer(BlockOptionsMixin, keras.Model):
 
     # -- decoding: the step interface of the searches (decoding.py) -----------
 
-    def decoding_start(self, context_ids, steps, use_cache=True, beam_width=1):
+    def decoding_start(self, context_ids, steps, use_cache=True, beam_width=1, fixed_shapes=False):
         """The decoding state of `context_ids`, for at most `steps` generated tokens.
 
         Args:
             context_ids: int `(batch, source_length)`.
             steps: int, the most positions any row will decode (at most the
                 model's `max_length`; the caches grow as they go, so it
-                allocates nothing).
+                allocates nothing unless `fixed_shapes`).
             use_cache: False re-runs the encoder and the whole decoder prefix at
                 every step (the tutorial's way: the reference, and the
                 benchmarks' baseline). The results are the same.
             beam_width: hypotheses per source row (int or int32 scalar): each
                 row's state is repeated, hypothesis k of row b at b * width + k.
+            fixed_shapes: True allocates the self-attention caches for `steps`
+                positions up front, so that no state changes shape from step
+                to step (XLA's loops need that); same results.
 
         Returns:
             A nest of tensors for `decoding_step` and `reorder_decoding_state`:
@@ -222,7 +225,10 @@ class Transformer(BlockOptionsMixin, keras.Model):
         # (`decoder_step.py`).
         context, context_mask = self.encode(context_ids, training=False)
         state = decoder_step.start(
-            self, _repeat_rows(context, beam_width), _repeat_rows(context_mask, beam_width)
+            self,
+            _repeat_rows(context, beam_width),
+            _repeat_rows(context_mask, beam_width),
+            slots=steps if fixed_shapes else None,
         )
         return {"weights": decoder_step.prepare(self), **state}
 

@@ -81,6 +81,15 @@ def test_cached_searches_equal_uncached(variant):
     )
     np.testing.assert_array_equal(beam.tokens.numpy(), beam_uncached.tokens.numpy())
     np.testing.assert_allclose(beam.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
+    # Caches of every position from the start (the shapes XLA needs): the same again.
+    fixed = decoding.greedy_search(
+        model, source, 10, stop_at_end=False, return_logits=True, fixed_shapes=True
+    )
+    np.testing.assert_array_equal(fixed.tokens.numpy(), uncached.tokens.numpy())
+    np.testing.assert_allclose(fixed.logits.numpy(), uncached.logits.numpy(), atol=1e-5)
+    beam_fixed = decoding.beam_search(model, source, 3, max_length=10, fixed_shapes=True)
+    np.testing.assert_array_equal(beam_fixed.tokens.numpy(), beam_uncached.tokens.numpy())
+    np.testing.assert_allclose(beam_fixed.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

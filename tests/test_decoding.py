@@ -226,6 +226,28 @@ def test_sub_batches_give_the_results_of_one_batch(tiny, search):
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
 
 
+def test_searches_in_flight_share_the_bound_and_give_the_same_results(tiny):
+    """With two searches in flight each takes half the bound, or half the rows when
+    fewer; the results are those of one batch, also traced (where they run side by side)."""
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
+    whole = _sub_batch_search(tiny, "greedy")(ragged.to_tensor(), 0)
+    for rows, bound, sizes in ((16, 8, [4, 4, 4, 4]), (5, 64, [3, 2]), (1, 64, [1])):
+        seen = []
+        search = _sub_batch_search(tiny, "greedy", seen)
+        parts = decoding.in_sub_batches(search, ragged[:rows], bound, MAX_LENGTH, in_flight=2)
+        assert [size for size, _ in seen] == sizes
+        np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy()[:rows])
+    traced = tf.function(
+        lambda ids: decoding.in_sub_batches(
+            _sub_batch_search(tiny, "greedy"), ids, 6, MAX_LENGTH, in_flight=2
+        )
+    )
+    np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
+    assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
+    with pytest.raises(ValueError, match="in_flight"):
+        decoding.in_sub_batches(search, ragged, 8, MAX_LENGTH, in_flight=0)
+
+
 def test_a_long_row_pads_only_its_own_sub_batch(tiny):
     """Rows are sorted by length: the long row shares its sub-batch with the next longest
     rows, and every other sub-batch is as narrow as its own rows."""

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer import data, export
 from keras_transformer.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
-from keras_transformer.translator import Translator
+from keras_transformer.translator import JIT_SOURCE_LENGTH_STEP, Translator
 from tests.helpers import tiny_transformer
 
 # Runs in a fresh interpreter where `import keras_transformer` fails.
@@ -62,6 +63,39 @@ def exported(tiny_translation_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def exported_xla(tiny_translation_model, tmp_path_factory):
+    """The searches compiled by XLA (`jit_compile`): the loaded export compiles them."""
+    tiny = tiny_translation_model
+    translator = Translator(
+        tiny.model,
+        tiny.source_tokenizer,
+        tiny.target_tokenizer,
+        max_length=16,
+        beam_width=3,
+        jit_compile=True,
+    )
+    path = export.export_translator(translator, tmp_path_factory.mktemp("xla_models"), "tiny")
+    return translator, None, path
+
+
+def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):
+    """Greedy and beam search are functions that must compile with XLA (what the model
+    server's --xla_cpu_compilation_enabled runs), one for each padded source length (16
+    and 24 tokens for the tiny model's 24); the default export has none."""
+
+    def compiled_functions(path):
+        saved = saved_model_pb2.SavedModel()
+        saved.ParseFromString((path / "saved_model.pb").read_bytes())
+        library = saved.meta_graphs[0].graph_def.library.function
+        return [f for f in library if f.attr["_XlaMustCompile"].b]
+
+    translator, _, path = exported_xla
+    assert translator.max_source_length == 24 and JIT_SOURCE_LENGTH_STEP == 16
+    assert len(compiled_functions(path)) == 2 * 2
+    assert compiled_functions(exported[2]) == []
+
+
+@pytest.fixture(scope="module")
 def exported_sentencepiece(demo_pairs, tmp_path_factory):
     """A cased joint SentencePiece translator (untrained: the export must equal it all the
     same, down to the normalization and detokenization inside the SavedModel)."""
@@ -93,11 +127,10 @@ def test_tf_serving_layout_and_next_version(exported, tiny_translation_model):
     assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1"]
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece"])
+@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "wordpiece_xla"])
 def test_fresh_process_without_the_library_gives_the_same_translations(kind, request):
-    translator, _, path = request.getfixturevalue(
-        "exported" if kind == "wordpiece" else "exported_sentencepiece"
-    )
+    fixture = {"wordpiece": "exported", "sentencepiece": "exported_sentencepiece"}
+    translator, _, path = request.getfixturevalue(fixture.get(kind, "exported_xla"))
     run = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(path)],
         input=json.dumps(TEXTS),
@@ -121,7 +154,7 @@ def test_fresh_process_without_the_library_gives_the_same_translations(kind, req
         assert truncated == [row == " ".join(["eight"] * 300) for row in TEXTS], name
         assert len(served[name]["score"]) == 512
         assert served[name]["empty"] == [[0], [0]]
-    if kind == "wordpiece":  # the trained tiny model
+    if kind.startswith("wordpiece"):  # the trained tiny model
         assert served["serving_default"]["translation"][0] == "3 1 4"
 
 

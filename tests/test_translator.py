@@ -118,24 +118,41 @@ def test_source_relative_cap_reaches_every_search(tiny_translation_model):
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_sub_batches_give_the_translations_of_one_batch(tiny_translation_model, method):
+def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation_model, method):
+    """Sub-batches one at a time or two in flight, and the searches compiled by XLA on
+    padded shapes, translate as one batch decoded alone does."""
     tiny = tiny_translation_model
     texts = tiny.sentences + BAD_INPUTS + tiny.sentences[::-1]
 
-    def run(sub_batch_size):
+    def run(**settings):
         translator = Translator(
-            tiny.model,
-            tiny.source_tokenizer,
-            tiny.target_tokenizer,
-            max_length=16,
-            sub_batch_size=sub_batch_size,
+            tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **settings
         )
         return translator(texts, method=method, beam_width=3)
 
-    parts, whole = run(3), run(1000)
-    for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
-        np.testing.assert_array_equal(parts[key].numpy(), whole[key].numpy(), err_msg=key)
-    np.testing.assert_allclose(parts["score"].numpy(), whole["score"].numpy(), atol=1e-5)
+    whole = run(sub_batch_size=1000, in_flight=1)
+    for settings in (
+        {"sub_batch_size": 3, "in_flight": 1},
+        {"sub_batch_size": 5, "in_flight": 2},
+        {"sub_batch_size": 6, "in_flight": 2, "jit_compile": True},
+    ):
+        parts = run(**settings)
+        for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
+            np.testing.assert_array_equal(
+                parts[key].numpy(), whole[key].numpy(), err_msg=f"{key} {settings}"
+            )
+        np.testing.assert_allclose(parts["score"].numpy(), whole["score"].numpy(), atol=1e-5)
+    # A tight cap: XLA's caches then hold only the steps a padded source length allows
+    # (9 for 16 tokens: 0.5 * 14 + 2), and the translations stay the same.
+    cap = {"max_length_a": 0.5, "max_length_b": 2}
+    capped = run(sub_batch_size=1000, in_flight=1, **cap)
+    compiled = run(jit_compile=True, **cap)
+    np.testing.assert_array_equal(compiled["tokens"].numpy(), capped["tokens"].numpy())
+    np.testing.assert_allclose(compiled["score"].numpy(), capped["score"].numpy(), atol=1e-5)
+    translator = Translator(
+        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **cap
+    )
+    assert [translator.most_steps(n) for n in (16, 24)] == [9, 13]
 
 
 def test_overlong_sources_are_cut_at_the_limit_and_flagged(tiny_translation_model):
@@ -176,3 +193,5 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
             Translator(tiny.model, *tokenizers, **kwargs)
     with pytest.raises(ValueError, match="sub_batch_size"):
         Translator(tiny.model, *tokenizers, sub_batch_size=0)
+    with pytest.raises(ValueError, match="in_flight"):
+        Translator(tiny.model, *tokenizers, in_flight=0)
