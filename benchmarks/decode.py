@@ -24,7 +24,9 @@ the run's default export (as `keras-transformer export` writes it) and the run
 converted by `ctranslate2_convert.py`, both float32 on the machine's cores. Greedy
 outputs are compared on every sentence before any timing (the run stops if one
 differs); then sentences/s at batch 1 and 64, greedy and beam 4, and the ratio.
-Each stops at [END], as a served model does.
+Each stops at [END], as a served model does. `--jit-compile` adds the run's export
+made with XLA (`keras-transformer export --jit-compile`), checked against the default
+export's greedy outputs and timed after one untimed pass that compiles its shapes.
 
     python benchmarks/decode.py --run-dir runs/quality_ted \\
         --source ../shared/corpora/ted_pt_en/test.pt --sentences 128
@@ -180,11 +182,16 @@ class KerasHubTranslator(tf.Module):
         return {"serving_default": serving_default, "beam_search": beam_search}
 
 
-def sentences_per_second(signature, sentences: list[str], batch_size: int, repeats: int) -> float:
+def sentences_per_second(
+    signature, sentences: list[str], batch_size: int, repeats: int, warm_all: bool = False
+) -> float:
+    """Best of `repeats` passes; `warm_all` runs every batch once first (an XLA export
+    compiles each new shape on its first call)."""
     batches = [
         tf.constant(sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)
     ]
-    signature(text=batches[0])  # warm-up
+    for batch in batches if warm_all else batches[:1]:  # warm-up
+        signature(text=batch)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -226,6 +233,12 @@ def compare_with_ctranslate2(args) -> None:
         path = export.export_run(args.run_dir, root, "ours", average_last=args.average_last)
         ours = tf.saved_model.load(str(path))
         limits = {k: int(v) for k, v in ours.serving_limits().items()}
+        xla = None
+        if args.jit_compile:
+            xla_path = export.export_run(
+                args.run_dir, root, "ours_xla", average_last=args.average_last, jit_compile=True
+            )
+            xla = tf.saved_model.load(str(xla_path))
         converted = ctranslate2_convert.convert(
             model, source_tokenizer, target_tokenizer, Path(root) / "ctranslate2"
         )
@@ -293,10 +306,22 @@ def compare_with_ctranslate2(args) -> None:
             for i in differing[:3]:
                 print(f"  {i}: ours {ours_greedy[i]!r}\n  {i}: peer {peer_greedy[i]!r}")
             raise SystemExit("decode.py: the conversion is not exact; nothing timed")
+        if xla is not None:
+            xla_greedy = []
+            for i in range(0, len(sentences), 64):
+                out = xla.signatures["serving_default"](text=tf.constant(sentences[i : i + 64]))
+                xla_greedy += [t.decode("utf-8") for t in out["translation"].numpy()]
+            same = sum(a == b for a, b in zip(xla_greedy, ours_greedy))
+            print(
+                f"XLA export (--jit-compile): greedy outputs identical on {same}/{len(sentences)}"
+            )
+            if same != len(sentences):
+                raise SystemExit("decode.py: the XLA export translates differently; nothing timed")
 
         print(
             f"\n{'search':<8} {'batch':>5} {'SavedModel sent/s':>18} {'CTranslate2 sent/s':>19}"
             f" {'ours/CTranslate2':>17}"
+            + (f" {'XLA export sent/s':>18} {'XLA/CTranslate2':>16}" if xla is not None else "")
         )
         for search in ("serving_default", "beam_search"):
             beam = 1 if search == "serving_default" else args.beam_width
@@ -310,11 +335,20 @@ def compare_with_ctranslate2(args) -> None:
                     peer, batches, beam, limits["max_length"], args.repeats
                 )
                 label = "greedy" if beam == 1 else f"beam{beam}"
-                print(
+                row = (
                     f"{label:<8} {batch_size:>5} {ours_rate:>18.1f} {peer_rate:>19.1f}"
-                    f" {ours_rate / peer_rate:>16.2f}x",
-                    flush=True,
+                    f" {ours_rate / peer_rate:>16.2f}x"
                 )
+                if xla is not None:
+                    xla_rate = sentences_per_second(
+                        xla.signatures[search],
+                        sentences[:count],
+                        batch_size,
+                        args.repeats,
+                        warm_all=True,
+                    )
+                    row += f" {xla_rate:>18.1f} {xla_rate / peer_rate:>15.2f}x"
+                print(row, flush=True)
 
 
 def main() -> None:
@@ -332,6 +366,11 @@ def main() -> None:
     parser.add_argument("--run-dir", help="a trained run: time its export against CTranslate2")
     parser.add_argument("--source", help="with --run-dir: source sentences, one a line")
     parser.add_argument("--average-last", type=int, default=None, help="with --run-dir")
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="with --run-dir: also time an export made with --jit-compile (XLA)",
+    )
     args = parser.parse_args()
     if args.run_dir:
         if not args.source:
