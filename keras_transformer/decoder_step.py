@@ -196,7 +196,8 @@ def step(model, weights, token_ids, index, state):
         token_ids: int `(rows,)`, the newest token of each row.
         index: int scalar, its position.
         state: from `start` or the previous step; returned with each layer's
-            self-attention cache one position longer.
+            self-attention cache one position longer (or, of fixed size,
+            written at `index`).
     """
     heads, head_size = model.num_heads, model.d_model // model.num_heads
     width = model.d_model
@@ -217,11 +218,14 @@ def step(model, weights, token_ids, index, state):
 
     if "slot_positions" in state:  # fixed-size caches: written at `index`, masked after it
         slot_positions = state["slot_positions"]
-        write = tf.cast(tf.equal(slot_positions, index), weights["embeddings"].dtype)
+        write = tf.equal(slot_positions, index)
         self_bias = masks.additive_bias(slot_positions <= index)
 
         def append(key_cache, value_cache, key, value):
-            return key_cache + key * write[:, None], value_cache + value * write
+            return (
+                tf.where(write[:, None], key, key_cache),
+                tf.where(write, value, value_cache),
+            )
 
     else:  # growing caches: one position longer
         self_bias = None

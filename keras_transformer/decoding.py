@@ -76,8 +76,8 @@ def in_sub_batches(
     between them on the shared thread pools (one batch of 10,000 rows makes
     every op long, and every other caller waits behind it).
 
-    `in_flight` searches run at once, each over `sub_batch_size / in_flight`
-    rows (or `rows / in_flight`, when fewer): a search's step is a chain of
+    `in_flight` searches run at once, each over `rows_per_search` rows (or
+    `rows / in_flight`, when fewer): a search's step is a chain of
     small ops that keeps one core busy, so two searches side by side use a
     second core that one search leaves idle, within the same memory bound.
 
@@ -110,7 +110,7 @@ def in_sub_batches(
     rows = tf.shape(order)[0]
     # A batch smaller than the bound is split evenly over the searches in flight.
     size = tf.maximum(
-        1, tf.minimum(-(-sub_batch_size // in_flight), (rows + in_flight - 1) // in_flight)
+        1, tf.minimum(rows_per_search(sub_batch_size, in_flight), -(-rows // in_flight))
     )
     count = (rows + size - 1) // size
 
@@ -130,7 +130,8 @@ def in_sub_batches(
         return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
 
     # parallel_iterations bounds the sub-batches in flight (and so the memory):
-    # they are independent, and the loop would otherwise run up to 10 at once.
+    # they are independent, and the loop would otherwise run up to 10 at once. A
+    # bound below `in_flight` rows runs as many one-row searches as it allows.
     _, tokens, lengths, scores = tf.while_loop(
         lambda index, *_: index < count,
         body,
@@ -140,7 +141,7 @@ def in_sub_batches(
             array(tf.int32, tf.TensorShape([None])),
             array(tf.float32, tf.TensorShape([None])),
         ),
-        parallel_iterations=in_flight,
+        parallel_iterations=min(in_flight, sub_batch_size),
     )
     restore = tf.math.invert_permutation(order)
     return DecodeResult(
@@ -148,6 +149,11 @@ def in_sub_batches(
         tf.gather(lengths.concat(), restore),
         tf.gather(scores.concat(), restore),
     )
+
+
+def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
+    """Most rows one of `in_flight` searches decodes, within `sub_batch_size` rows in all."""
+    return max(1, int(sub_batch_size) // int(in_flight))
 
 
 def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
@@ -524,8 +530,8 @@ def _state_invariant(tensor) -> tf.TensorShape:
     """A decoding state tensor's loop invariant: its rank only.
 
     The self-attention caches grow by a position every step (a step attends over
-    what was decoded, not over `max_length` slots), and the hypothesis axis is
-    dynamic when `beam_width` is a tensor.
+    what was decoded, not over `max_length` slots) unless `fixed_shapes`, and the
+    hypothesis axis is dynamic when `beam_width` is a tensor.
     """
     shape = tensor.shape
     return shape if shape.rank is None else tf.TensorShape([None] * shape.rank)

@@ -13,7 +13,6 @@ import functools
 import types
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
@@ -51,8 +50,9 @@ DEFAULT_IN_FLIGHT = 2
 DEFAULT_MAX_LENGTH_A = 1.5
 DEFAULT_MAX_LENGTH_B = 10
 # With `jit_compile`, XLA compiles a search once per input shape: sub-batches
-# are padded to a power-of-two row count and to a multiple of this many source
-# tokens, so a server meets a few dozen shapes, not every (rows, length) pair.
+# are padded to 1, 2, 4 or a multiple of 8 rows and to a multiple of this many
+# source tokens (or the source limit), so a server meets a few dozen shapes, not
+# every (rows, length) pair.
 JIT_SOURCE_LENGTH_STEP = 16
 
 
@@ -85,7 +85,7 @@ class Translator(tf.Module):
         sub_batch_size: int. Rows decoded at once inside one call: the
             bound on a call's memory. Defaults to 64.
         in_flight: int. Searches run side by side within that bound, each
-            over `sub_batch_size / in_flight` rows (a batch of fewer rows is
+            over `sub_batch_size // in_flight` rows (a batch of fewer rows is
             split evenly among them). Defaults to 2.
         max_length_a, max_length_b: floats. A row also stops after
             `a * source_tokens + b` tokens (its last one then [END]), so one
@@ -100,7 +100,7 @@ class Translator(tf.Module):
             prefix at every step, the tutorial's way (benchmarks only).
             Defaults to True.
         jit_compile: bool. Compile greedy and beam search (encoder and
-            decoding loop) with XLA: the same translations, 2-3x faster at
+            decoding loop) with XLA: the same translations, 2-3.5x faster at
             batch 1 on CPU once compiled (README, "Decoding speed"), but every
             new input shape compiles first (seconds; see
             `JIT_SOURCE_LENGTH_STEP`), and TF Serving runs
@@ -139,6 +139,15 @@ class Translator(tf.Module):
             )
         if in_flight <= 0:
             raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
+        if max_length_a is not None and max_length_a < 0:
+            raise ValueError(
+                f"`max_length_a` must be >= 0 or None. Received: max_length_a={max_length_a}"
+            )
+        if jit_compile and not use_cache:
+            raise ValueError(
+                "`jit_compile` needs `use_cache`: XLA cannot compile the uncached "
+                "path, whose input grows every step."
+            )
         positions = int(model.max_length)
         if max_source_length is None:
             max_source_length = min(DEFAULT_MAX_SOURCE_LENGTH, positions)
@@ -196,14 +205,21 @@ class Translator(tf.Module):
         return tf.concat([start, words, end], axis=1), truncated
 
     def row_limits(self, context_ids):
-        """Most tokens each row may generate (None without the source-relative cap)."""
-        if self.max_length_a is None or not self.stop_at_end:
+        """Most tokens each row may generate (None without a limit to apply)."""
+        if not self.stop_at_end:
             return None  # benchmarks decode exactly `max_length` steps
+        if self.max_length_a is None and not self.jit_compile:
+            return None
         # Real source tokens, without [START] and [END].
         source_lengths = tf.math.count_nonzero(context_ids, axis=1, dtype=tf.int32) - 2
-        return decoding.source_relative_limits(
-            source_lengths, self.max_length_a, self.max_length_b, self.max_length
-        )
+        if self.max_length_a is None:
+            limits = tf.fill(tf.shape(source_lengths), self.max_length + 1)  # never reached
+        else:
+            limits = decoding.source_relative_limits(
+                source_lengths, self.max_length_a, self.max_length_b, self.max_length
+            )
+        # Rows of padding only (added to reach a compiled shape) end at their first step.
+        return tf.where(source_lengths < 0, 1, limits)
 
     def _translate(self, text, search) -> dict[str, tf.Tensor]:
         """Every output of a search over `text` in sub-batches.
@@ -268,7 +284,8 @@ class Translator(tf.Module):
         are padded to a multiple of `JIT_SOURCE_LENGTH_STEP` tokens, and each such
         length gets its own compiled search whose caches hold only the steps the
         source-relative cap allows a source of that length (XLA's caches have every
-        slot from the start, so a cap of 34 steps attends over 34 slots, not 128).
+        slot from the start, so a 16-token source, capped at 31 steps by default,
+        attends over 31 slots, not 128). Beam search compiles once per beam width too.
         """
         if not self.jit_compile:
             return search
@@ -278,19 +295,21 @@ class Translator(tf.Module):
         compiled = [
             tf.function(functools.partial(search, steps=n), jit_compile=True) for n in steps
         ]
-        # Rows are padded to a power of two within the rows one search decodes.
-        most_rows = -(-self.sub_batch_size // self.in_flight)
-        powers = tf.constant([2**k for k in range(most_rows.bit_length())] + [most_rows])
+        # Rows are padded to 1, 2, 4 or a multiple of 8, within the rows one search
+        # decodes: a few shapes, and at most 7 rows of padding.
+        most_rows = decoding.rows_per_search(self.sub_batch_size, self.in_flight)
+        sizes = sorted({n for n in (1, 2, 4, *range(8, most_rows, 8)) if n < most_rows})
+        sizes = tf.constant([*sizes, most_rows])
 
         def run(context_ids, index):
             shape = tf.shape(context_ids)
             rows, length = shape[0], shape[1]
-            padded_rows = tf.reduce_min(tf.boolean_mask(powers, powers >= rows))
+            padded_rows = tf.reduce_min(tf.boolean_mask(sizes, sizes >= rows))
 
             def branch(k):
                 def decode():
-                    # Padded rows hold padding only: they end within a few steps, and
-                    # are dropped.
+                    # Padded rows hold padding only: they end at once (`row_limits`)
+                    # and are dropped.
                     padded = tf.pad(
                         context_ids, [[0, padded_rows - rows], [0, lengths[k] - length]]
                     )
@@ -312,12 +331,14 @@ class Translator(tf.Module):
         """Most tokens any row of a sub-batch `source_length` wide may generate."""
         if self.max_length_a is None or not self.stop_at_end:
             return self.max_length
-        # As `row_limits` computes it (float32), for the longest real source.
-        limit = np.floor(
-            np.float32(self.max_length_a) * np.float32(source_length - 2)
-            + np.float32(self.max_length_b)
-        )
-        return min(max(int(limit), 1), self.max_length)
+        with tf.init_scope():  # a number, also while a signature is traced
+            limits = decoding.source_relative_limits(
+                tf.constant([source_length - 2]),  # the longest real source fitting it
+                self.max_length_a,
+                self.max_length_b,
+                self.max_length,
+            )
+            return int(limits.numpy()[0])
 
     @tf.function(input_signature=[])
     def serving_limits(self):

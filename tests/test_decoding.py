@@ -246,6 +246,8 @@ def test_searches_in_flight_share_the_bound_and_give_the_same_results(tiny):
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
     with pytest.raises(ValueError, match="in_flight"):
         decoding.in_sub_batches(search, ragged, 8, MAX_LENGTH, in_flight=0)
+    # The bound holds when in_flight does not divide it: 2 + 2 rows of 5, not 3 + 3.
+    assert decoding.rows_per_search(5, 2) == 2
 
 
 def test_a_long_row_pads_only_its_own_sub_batch(tiny):

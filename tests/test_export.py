@@ -64,18 +64,22 @@ def exported(tiny_translation_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported_xla(tiny_translation_model, tmp_path_factory):
-    """The searches compiled by XLA (`jit_compile`): the loaded export compiles them."""
+    """The searches compiled by XLA (`jit_compile`): the loaded export compiles them. Its
+    reference is the translator without XLA: the export must translate as it does."""
     tiny = tiny_translation_model
-    translator = Translator(
-        tiny.model,
-        tiny.source_tokenizer,
-        tiny.target_tokenizer,
-        max_length=16,
-        beam_width=3,
-        jit_compile=True,
-    )
-    path = export.export_translator(translator, tmp_path_factory.mktemp("xla_models"), "tiny")
-    return translator, None, path
+
+    def translator(jit_compile):
+        return Translator(
+            tiny.model,
+            tiny.source_tokenizer,
+            tiny.target_tokenizer,
+            max_length=16,
+            beam_width=3,
+            jit_compile=jit_compile,
+        )
+
+    path = export.export_translator(translator(True), tmp_path_factory.mktemp("xla_models"), "tiny")
+    return translator(False), None, path
 
 
 def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):

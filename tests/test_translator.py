@@ -153,6 +153,10 @@ def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation
         tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **cap
     )
     assert [translator.most_steps(n) for n in (16, 24)] == [9, 13]
+    # No source-relative cap: rows added to reach a compiled shape still end at once.
+    uncapped = run(sub_batch_size=1000, in_flight=1, max_length_a=None)
+    compiled = run(jit_compile=True, max_length_a=None)
+    np.testing.assert_array_equal(compiled["tokens"].numpy(), uncapped["tokens"].numpy())
 
 
 def test_overlong_sources_are_cut_at_the_limit_and_flagged(tiny_translation_model):
@@ -195,3 +199,7 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
         Translator(tiny.model, *tokenizers, sub_batch_size=0)
     with pytest.raises(ValueError, match="in_flight"):
         Translator(tiny.model, *tokenizers, in_flight=0)
+    with pytest.raises(ValueError, match="max_length_a"):
+        Translator(tiny.model, *tokenizers, max_length_a=-1.0)
+    with pytest.raises(ValueError, match="use_cache"):
+        Translator(tiny.model, *tokenizers, jit_compile=True, use_cache=False)

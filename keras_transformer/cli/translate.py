@@ -149,7 +149,7 @@ def add_export_parser(subparsers) -> None:
     parser.add_argument(
         "--jit-compile",
         action="store_true",
-        help="compile greedy and beam search with XLA: faster on CPU once compiled (2-3x "
+        help="compile greedy and beam search with XLA: faster on CPU once compiled (2-3.5x "
         "at batch 1), but each new input shape compiles first; TF Serving then needs "
         "--xla_cpu_compilation_enabled=true (default: plain TensorFlow ops)",
     )
