@@ -9,9 +9,9 @@
 A run
 1. trains with `keras_transformer.training.train` under `--preset` (default small; every
    training flag overrides it) for `--minutes` of training (resumable: run it again);
-2. chooses on the *validation* set only: the best checkpoint (by validation loss) or the
-   average of the last epochs' checkpoints (greedy BLEU), then the beam's length penalty
-   (from 0.6, 1.0, 1.4, extended upward while the largest tried wins);
+2. chooses on the *validation* set only: the best checkpoint (by validation loss) or an
+   average of the last 5, 10, ... epochs' checkpoints it kept (greedy BLEU), then the beam's
+   length penalty (from 0.6, 1.0, 1.4, extended upward while the largest tried wins);
 3. exports the choice in TF Serving layout and scores the *exported SavedModel* on the test
    set, greedy and beam, with sacrebleu: BLEU and chrF on the raw reference (`--tokenize`,
    "13a" by default, "none" for pre-tokenized corpora such as TED as released) and, given
@@ -68,6 +68,9 @@ PATH_KEYS = ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref", "test_r
 LENGTH_PENALTIES = (0.6, 1.0, 1.4)
 LENGTH_PENALTY_STEP = 0.4
 MAX_LENGTH_PENALTY = 3.0
+# Averages tried on validation besides the best checkpoint: the last 5, 10, 20, ... epochs'
+# checkpoints, up to as many as the run keeps (that number itself always among them).
+SMALLEST_AVERAGE = 5
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -135,6 +138,19 @@ def search_length_penalty(score) -> dict:
     return scores
 
 
+def average_candidates(kept: int) -> list[int]:
+    """How many of the last `kept` epoch checkpoints to average, each tried on validation:
+    SMALLEST_AVERAGE doubled while below `kept`, then `kept` itself (none below 2)."""
+    if kept < 2:
+        return []
+    counts = []
+    count = SMALLEST_AVERAGE
+    while count < kept:
+        counts.append(count)
+        count *= 2
+    return counts + [kept]
+
+
 def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     """Checkpoint (best or averaged) by greedy validation BLEU, then the length penalty by
     beam validation BLEU. Only the validation set is read here."""
@@ -153,10 +169,10 @@ def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
         return result["bleu"]
 
     source_tokenizer, target_tokenizer = run_dir_lib.load_tokenizers(run_dir)
-    keep = config.get("keep_epoch_checkpoints", 0)
+    kept = min(config.get("keep_epoch_checkpoints", 0), len(run_dir_lib.epoch_checkpoints(run_dir)))
     candidates = {"best": None}
-    if keep >= 2 and len(run_dir_lib.epoch_checkpoints(run_dir)) >= keep:
-        candidates[f"average_last_{keep}"] = keep
+    for count in average_candidates(kept):
+        candidates[f"average_last_{count}"] = count
     greedy = {}
     for label, average_last in candidates.items():
         model = run_dir_lib.load_model(run_dir, average_last=average_last)
