@@ -70,11 +70,9 @@ def _norm_weights(layer):
 def _fold_norm(norm, kernel, bias):
     """(kernel, bias) of the projection of a layer norm's output, with the norm's gamma
     and beta folded in: LN(x) K + b = standardize(x) (gamma K) + (beta K + b). Two
-    elementwise ops fewer a norm a step; folded in the norm's float32 (or wider)."""
+    elementwise ops fewer a norm a step. All in the norm's dtype."""
     gamma, beta = norm
-    wide = tf.cast(kernel, gamma.dtype)
-    folded_bias = tf.linalg.matvec(wide, beta, transpose_a=True) + tf.cast(bias, gamma.dtype)
-    return tf.cast(gamma[:, None] * wide, kernel.dtype), tf.cast(folded_bias, bias.dtype)
+    return gamma[:, None] * kernel, tf.linalg.matvec(kernel, beta, transpose_a=True) + bias
 
 
 def _dense(x, kernel, bias):
@@ -86,9 +84,13 @@ def prepare(model) -> dict:
     translator: once per sub-batch), outside the step loop.
 
     Query kernels and biases carry the 1/sqrt(head size) scale; self-attention's
-    query, key and value kernels are one `(d_model, 3 * d_model)` matrix.
+    query, key and value kernels are one `(d_model, 3 * d_model)` matrix. In a pre-LN
+    decoder each layer's three norms are folded into the projections they feed
+    (`PRE_LN_FOLDS`) and are absent from the result. Scales and folds are computed in
+    float32 (or wider) and rounded to the compute dtype once.
     """
     dtype = model.compute_dtype
+    wide = _norm_dtype(dtype)
     decoder = model.decoder
     layers = []
     for block in decoder.dec_layers:
@@ -98,11 +100,11 @@ def prepare(model) -> dict:
         ffn = block.ffn
 
         def kernel(dense, factor=None):
-            value = _tensor(dense.kernel, dtype)
+            value = _tensor(dense.kernel, wide)
             return value if factor is None else value * factor
 
         def bias(dense, factor=None):
-            value = _tensor(dense.bias, dtype)
+            value = _tensor(dense.bias, wide)
             return value if factor is None else value * factor
 
         layers.append(
@@ -144,6 +146,13 @@ def prepare(model) -> dict:
                 layer[kernel_key], layer[bias_key] = _fold_norm(
                     layer.pop(norm_key), layer[kernel_key], layer[bias_key]
                 )
+    layers = [
+        {
+            key: value if key.endswith("_norm") else tf.cast(value, dtype)
+            for key, value in entry.items()
+        }
+        for entry in layers
+    ]
     embedding = decoder.embedding
     weights = {
         "layers": layers,

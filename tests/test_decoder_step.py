@@ -11,6 +11,7 @@ from tests.helpers import tiny_transformer
 VOCAB = 30
 VARIANTS = {
     "post-LN, own projection": {},
+    "pre-LN, own projection": {"normalize_first": True},
     "pre-LN, tied": {"normalize_first": True, "tie_embeddings": True},
     "shared and tied, gelu": {
         "share_embeddings": True,
@@ -22,8 +23,27 @@ SOURCE = np.array([[2, 5, 6, 7, 8, 3], [2, 9, 3, 0, 0, 0], [2, 11, 12, 3, 0, 0]]
 TARGET = np.array([[2, 4, 9, 13, 5, 7], [2, 6, 6, 21, 8, 3], [2, 17, 3, 0, 0, 0]])
 
 
-def model_of(variant):
-    return tiny_transformer(vocab_size=VOCAB, num_layers=2, seed=3, **VARIANTS[variant])
+def model_of(variant, **overrides):
+    """The variant's tiny model with every layer norm's gamma and beta and every bias
+    drawn at random: built fresh they are 1 and 0, which would hide a wrong fold of
+    a norm into the projection after it."""
+    model = tiny_transformer(
+        vocab_size=VOCAB, num_layers=2, seed=3, **VARIANTS[variant], **overrides
+    )
+    rng = np.random.default_rng(7)
+    for weight in model.weights:
+        name = weight.path.rsplit("/", 1)[-1]
+        if name in ("gamma", "beta", "bias"):
+            center = 1.0 if name == "gamma" else 0.0
+            weight.assign(center + rng.normal(0.0, 0.3, weight.shape))
+    if model.final_layer is not None:
+        # A trained model never predicts [PAD] (the loss masks it out); random weights
+        # may, and a search that feeds [PAD] back is no longer the full model, which
+        # masks it.
+        bias = model.final_layer.bias.numpy()
+        bias[0] = -10.0
+        model.final_layer.bias.assign(bias)
+    return model
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -96,9 +116,7 @@ def test_cached_searches_equal_uncached(variant):
 def test_mixed_precision_step_follows_the_model(variant):
     """Under mixed_bfloat16 the step computes in bfloat16 like the layers and returns
     float32 logits close to the model's."""
-    model = tiny_transformer(
-        vocab_size=VOCAB, num_layers=2, seed=3, dtype="mixed_bfloat16", **VARIANTS[variant]
-    )
+    model = model_of(variant, dtype="mixed_bfloat16")
     full = model((SOURCE, TARGET), training=False).numpy()
     state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
     assert state["weights"]["layers"][0]["qkv_kernel"].dtype == tf.bfloat16
