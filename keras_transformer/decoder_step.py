@@ -7,10 +7,9 @@ ConcatV2, Reshape), every variable is read again, heads are split by transposes.
 On a CPU, where a step's arithmetic is small, those nodes are the cost. Here the
 same math runs on `(rows, d_model)` matrices with weights prepared once per search,
 outside the step loop: query, key and value projections fused into one matrix with the
-query's 1/sqrt(head size) folded in, in a pre-LN decoder each layer norm's gamma and
-beta folded into the projection that reads it, key and value of cross-attention
-projected once per source, the source mask turned into an additive bias once. A step
-is then about sixty nodes per layer, and its self-attention reads a cache that grows by one
+query's 1/sqrt(head size) folded in, key and value of cross-attention projected once
+per source, the source mask turned into an additive bias once. A step is then about
+sixty nodes per layer, and its self-attention reads a cache that grows by one
 position a step (the positions decoded so far, never `max_length` slots), or,
 for a loop that XLA compiles (which needs fixed shapes), a cache of every slot
 written in place.
@@ -28,51 +27,25 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers import masks
-from keras_transformer.layers.layer_norm import layer_norm, standardize
-
-# In a pre-LN layer each norm feeds one projection only: (norm, kernel, bias) triples
-# whose gamma and beta `prepare` folds into the kernel and bias (matrices of d_model
-# rows, cheap to rewrite once a search).
-PRE_LN_FOLDS = (
-    ("self_norm", "qkv_kernel", "qkv_bias"),
-    ("cross_norm", "cross_q_kernel", "cross_q_bias"),
-    ("ffn_norm", "ffn_inner_kernel", "ffn_inner_bias"),
-)
+from keras_transformer.layers.layer_norm import layer_norm
 
 
 def _tensor(variable, dtype):
     return tf.cast(tf.convert_to_tensor(variable), dtype)
 
 
-def _norm_dtype(dtype):
-    """Layer norms compute in float32 at least, as Keras' do for half-precision inputs."""
-    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
-
-
 def _layer_norm(x, norm, epsilon):
-    """Our LayerNormalization over the last axis, `norm` its (gamma, beta)."""
+    """Our LayerNormalization over the last axis, `norm` its (gamma, beta), in float32
+    at least."""
     gamma, beta = norm
     return tf.cast(layer_norm(tf.cast(x, gamma.dtype), gamma, beta, epsilon), x.dtype)
-
-
-def _standardize(x, epsilon):
-    """A pre-LN layer norm whose gamma and beta `prepare` folded into the next projection."""
-    return tf.cast(standardize(tf.cast(x, _norm_dtype(x.dtype)), epsilon), x.dtype)
 
 
 def _norm_weights(layer):
     """(gamma, beta) of a LayerNormalization, in float32 or wider. Its epsilon is the
     model's `layer_norm_epsilon`, which every layer norm shares."""
-    dtype = _norm_dtype(layer.gamma.dtype)
+    dtype = tf.float32 if layer.gamma.dtype in (tf.float16, tf.bfloat16) else layer.gamma.dtype
     return (_tensor(layer.gamma, dtype), _tensor(layer.beta, dtype))
-
-
-def _fold_norm(norm, kernel, bias):
-    """(kernel, bias) of the projection of a layer norm's output, with the norm's gamma
-    and beta folded in: LN(x) K + b = standardize(x) (gamma K) + (beta K + b). Two
-    elementwise ops fewer a norm a step. All in the norm's dtype."""
-    gamma, beta = norm
-    return gamma[:, None] * kernel, tf.linalg.matvec(kernel, beta, transpose_a=True) + bias
 
 
 def _dense(x, kernel, bias):
@@ -84,13 +57,9 @@ def prepare(model) -> dict:
     translator: once per sub-batch), outside the step loop.
 
     Query kernels and biases carry the 1/sqrt(head size) scale; self-attention's
-    query, key and value kernels are one `(d_model, 3 * d_model)` matrix. In a pre-LN
-    decoder each layer's three norms are folded into the projections they feed
-    (`PRE_LN_FOLDS`) and are absent from the result. Scales and folds are computed in
-    float32 (or wider) and rounded to the compute dtype once.
+    query, key and value kernels are one `(d_model, 3 * d_model)` matrix.
     """
     dtype = model.compute_dtype
-    wide = _norm_dtype(dtype)
     decoder = model.decoder
     layers = []
     for block in decoder.dec_layers:
@@ -100,11 +69,11 @@ def prepare(model) -> dict:
         ffn = block.ffn
 
         def kernel(dense, factor=None):
-            value = _tensor(dense.kernel, wide)
+            value = _tensor(dense.kernel, dtype)
             return value if factor is None else value * factor
 
         def bias(dense, factor=None):
-            value = _tensor(dense.bias, wide)
+            value = _tensor(dense.bias, dtype)
             return value if factor is None else value * factor
 
         layers.append(
@@ -140,27 +109,12 @@ def prepare(model) -> dict:
                 "ffn_norm": _norm_weights(ffn.residual.layernorm),
             }
         )
-    if model.normalize_first:
-        for layer in layers:
-            for norm_key, kernel_key, bias_key in PRE_LN_FOLDS:
-                layer[kernel_key], layer[bias_key] = _fold_norm(
-                    layer.pop(norm_key), layer[kernel_key], layer[bias_key]
-                )
-    layers = [
-        {
-            key: value if key.endswith("_norm") else tf.cast(value, dtype)
-            for key, value in entry.items()
-        }
-        for entry in layers
-    ]
     embedding = decoder.embedding
     weights = {
         "layers": layers,
         "embeddings": _tensor(embedding.embedding.embeddings, dtype),
         "positions": tf.constant(embedding._encoding, dtype=dtype),
     }
-    # The final norm stays unfolded: folding it into the vocabulary projection would
-    # rewrite a (d_model, vocabulary) matrix every search to save two ops a step.
     if decoder.final_layernorm is not None:
         weights["final_norm"] = _norm_weights(decoder.final_layernorm)
     if model.final_layer is not None:
@@ -256,11 +210,11 @@ def step(model, weights, token_ids, index, state):
 
     epsilon = float(model.layer_norm_epsilon)
 
-    def residual(x, output, norm):  # norm: None in pre-LN (folded away)
+    def residual(x, output, norm):
         return x + output if pre_ln else _layer_norm(x + output, norm, epsilon)
 
-    def sublayer_input(x):  # pre-LN: the norm's gamma and beta are in the projection
-        return _standardize(x, epsilon) if pre_ln else x
+    def sublayer_input(x, norm):
+        return _layer_norm(x, norm, epsilon) if pre_ln else x
 
     if "slot_positions" in state:  # fixed-size caches: written at `index`, masked after it
         slot_positions = state["slot_positions"]
@@ -283,7 +237,7 @@ def step(model, weights, token_ids, index, state):
     for layer, (key_cache, value_cache), (cross_key, cross_value) in zip(
         weights["layers"], state["self"], state["cross"], strict=True
     ):
-        h = sublayer_input(x)
+        h = sublayer_input(x, layer["self_norm"])
         query, key, value = tf.split(_dense(h, layer["qkv_kernel"], layer["qkv_bias"]), 3, axis=1)
         key_cache, value_cache = append(
             key_cache,
@@ -298,22 +252,22 @@ def step(model, weights, token_ids, index, state):
         x = residual(
             x,
             _dense(attended, layer["self_out_kernel"], layer["self_out_bias"]),
-            layer.get("self_norm"),
+            layer["self_norm"],
         )
 
-        h = sublayer_input(x)
+        h = sublayer_input(x, layer["cross_norm"])
         query = _heads(_dense(h, layer["cross_q_kernel"], layer["cross_q_bias"]), heads, head_size)
         attended = _attend(query, cross_key, cross_value, width, state["cross_bias"])
         x = residual(
             x,
             _dense(attended, layer["cross_out_kernel"], layer["cross_out_bias"]),
-            layer.get("cross_norm"),
+            layer["cross_norm"],
         )
 
-        h = sublayer_input(x)
+        h = sublayer_input(x, layer["ffn_norm"])
         inner = activation(_dense(h, layer["ffn_inner_kernel"], layer["ffn_inner_bias"]))
         x = residual(
-            x, _dense(inner, layer["ffn_out_kernel"], layer["ffn_out_bias"]), layer.get("ffn_norm")
+            x, _dense(inner, layer["ffn_out_kernel"], layer["ffn_out_bias"]), layer["ffn_norm"]
         )
 
     if "final_norm" in weights:

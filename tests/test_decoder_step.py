@@ -25,8 +25,8 @@ TARGET = np.array([[2, 4, 9, 13, 5, 7], [2, 6, 6, 21, 8, 3], [2, 17, 3, 0, 0, 0]
 
 def model_of(variant, **overrides):
     """The variant's tiny model with every layer norm's gamma and beta and every bias
-    drawn at random: built fresh they are 1 and 0, which would hide a wrong fold of
-    a norm into the projection after it."""
+    drawn at random: built fresh they are 1 and 0, under which a step that dropped or
+    misplaced a norm's weights or a bias would still match the layers."""
     model = tiny_transformer(
         vocab_size=VOCAB, num_layers=2, seed=3, **VARIANTS[variant], **overrides
     )

@@ -31,12 +31,6 @@ class LayerNormalization(keras.layers.LayerNormalization):
         return tf.cast(outputs, self.compute_dtype)
 
 
-def standardize(x, epsilon):
-    """x standardized over the last axis: the layer norm without gamma and beta (the
-    decoder's fused step folds those into the projection that follows)."""
-    return _standardize(x, epsilon)[0]
-
-
 def _standardize(x, epsilon):
     """(x standardized over the last axis, 1 / its standard deviation)."""
     centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
