@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from benchmarks.profile_decode import step_ops
 from keras_transformer import decoder_step, decoding
+from keras_transformer.constants import PAD_ID
 from tests.helpers import tiny_transformer
 
 VOCAB = 30
@@ -41,7 +42,7 @@ def model_of(variant, **overrides):
         # may, and a search that feeds [PAD] back is no longer the full model, which
         # masks it.
         bias = model.final_layer.bias.numpy()
-        bias[0] = -10.0
+        bias[PAD_ID] = -10.0
         model.final_layer.bias.assign(bias)
     return model
 
