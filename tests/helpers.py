@@ -27,6 +27,14 @@ def assert_close(a, b, atol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=0)
 
 
+def graph_op_types(graph_def) -> list[str]:
+    """The op type of every node of `graph_def`, its function library's included."""
+    types = [node.op for node in graph_def.node]
+    for function in graph_def.library.function:
+        types += [node.op for node in function.node_def]
+    return types
+
+
 def ragged_mask(lengths, length):
     """Right-padded rows of the given real lengths (one row may be full, one nearly empty)."""
     return np.arange(length)[None, :] < np.array(lengths)[:, None]

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import query_chunks
-from tests.helpers import assert_same_in_mode, ragged_mask, tiny_transformer
+from tests.helpers import assert_same_in_mode, graph_op_types, ragged_mask, tiny_transformer
 
 # Head size 16 as in the tutorial: products cross 128 * 128 at 33 keys.
 D, H = 32, 2
@@ -88,13 +88,6 @@ def test_chunked_attention_equals_whole(known_lengths):
         assert ops.count("BatchMatMulV2") >= 2 * 4
         if not known_lengths:
             assert "Case" in ops or "StatelessCase" in ops
-
-
-def graph_op_types(graph_def):
-    types = [node.op for node in graph_def.node]
-    for function in graph_def.library.function:
-        types += [node.op for node in function.node_def]
-    return types
 
 
 @NEEDS_CPU

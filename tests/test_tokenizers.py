@@ -17,6 +17,7 @@ from keras_transformer.tokenizers import (
     read_vocabulary,
     write_vocabulary,
 )
+from tests.helpers import graph_op_types
 
 PORTUGUESE = [
     "Não há razão para não começar já.",
@@ -96,6 +97,15 @@ def test_usable_inside_tf_function_and_saved_model(tokenizer, tmp_path):
     again = loaded.detokenize(loaded.tokenize(tf.constant(GERMAN[:2]))).numpy()
     np.testing.assert_array_equal(again, expected)
     assert int(loaded.get_vocab_size()) == tokenizer.vocab_size
+
+
+def test_graphs_stay_small(tokenizer):
+    # Every new tf.data iterator over a pipeline that tokenizes instantiates these graphs
+    # again: `tf.where` on the ragged ids once made `tokenize` 2,005 nodes (1.4-2.6 s an
+    # iterator, a tutorial epoch's main cost) where it now has 637 (0.6 s).
+    for method in (tokenizer.tokenize, tokenizer.detokenize, tokenizer.lookup):
+        nodes = len(graph_op_types(method.get_concrete_function().graph.as_graph_def()))
+        assert nodes < 1000, f"{method.__name__}: {nodes} graph nodes"
 
 
 def test_empty_and_undecodable_inputs_still_tokenize(tokenizer):

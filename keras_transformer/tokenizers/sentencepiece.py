@@ -304,9 +304,10 @@ class SentencePieceTokenizer(tf.Module):
 
         Ids outside the vocabulary read as [UNK].
         """
-        known = (ids >= 0) & (ids < self._vocab_size)
-        ids = tf.where(known, ids, tf.constant(UNK_ID, tf.int64))
-        return ids.with_flat_values(self._id_to_string(ids.flat_values))
+        flat = ids.flat_values  # not `tf.where` on the ragged ids: see WordPiece's tokenize
+        known = (flat >= 0) & (flat < self._vocab_size)
+        flat = tf.where(known, flat, tf.constant(UNK_ID, tf.int64))
+        return ids.with_flat_values(self._id_to_string(flat))
 
     def _id_to_string(self, ids):
         return sentencepiece_ops.sentencepiece_id_to_string_op(

@@ -127,7 +127,13 @@ class Tokenizer(tf.Module):
         """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
         strings = normalize_text(strings, self.lower_case, self.normalization_form)
         ids = self._tokenizer.tokenize(strings).merge_dims(-2, -1)
-        ids = tf.where(ids >= self._vocab_size, tf.constant(UNK_ID, tf.int64), ids)
+        # On the flat values: `tf.where` on the ragged ids built 1,368 of this function's
+        # 2,005 graph nodes (ragged broadcasting), which every new tf.data iterator over a
+        # pipeline that tokenizes instantiates again: 1.4-2.6 s an iterator against 0.6 s.
+        ids = tf.ragged.map_flat_values(
+            lambda flat: tf.where(flat >= self._vocab_size, tf.constant(UNK_ID, tf.int64), flat),
+            ids,
+        )
         batch = ids.bounding_shape()[0]
         starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))
         ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))
