@@ -1,4 +1,5 @@
-"""The callbacks of a training run: history file and curves, time budget, checkpoints, backups.
+"""The callbacks of a training run: history file and curves, time budget, learning-rate
+cooldown, checkpoints, backups.
 
 At the end of an epoch they write in a fixed order (`make_callbacks`): the
 checkpoints, then the backup (`backup.RunBackup`), and last history.json
@@ -99,6 +100,44 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class ProjectedEnd(keras.callbacks.Callback):
+    """Tells a `schedules.Cooldown` the run's last step, projected at every epoch end.
+
+    The run ends after `epochs`, or after the first epoch that finishes past
+    `minutes` (`TimeBudget`), whichever comes first. The epochs left are
+    counted from both, the time budget's by the last epoch's duration (the first
+    one, which traces the step, overstates it; the next corrects it), and an
+    epoch's steps are the mean of this process's epochs so far. A resumed run
+    projects from where it resumes, as its budget starts afresh.
+    """
+
+    def __init__(self, schedule, epochs: int, minutes: float | None = None):
+        super().__init__()
+        self.schedule = schedule
+        self.epochs = epochs
+        self.seconds = minutes * 60.0 if minutes else None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self._first_step = int(self.model.optimizer.iterations.numpy())
+        self._epochs_done = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.monotonic()
+        self._epochs_done += 1
+        step = int(self.model.optimizer.iterations.numpy())
+        steps_per_epoch = (step - self._first_step) / self._epochs_done
+        epochs_left = self.epochs - (epoch + 1)
+        if self.seconds is not None:
+            seconds_left = self.seconds - (now - self._start)
+            by_time = math.ceil(seconds_left / (now - self._epoch_start)) if seconds_left > 0 else 0
+            epochs_left = min(epochs_left, by_time)
+        self.schedule.set_last_step(step + epochs_left * steps_per_epoch)
+
+
 class NonFiniteLoss(ValueError):
     """The training loss became NaN or infinite."""
 
@@ -193,9 +232,13 @@ def make_callbacks(
     time_budget_minutes: float | None = None,
     early_stopping_patience: int | None = None,
     keep_epoch_checkpoints: int = 0,
+    cooldown_schedule=None,
+    epochs: int | None = None,
 ) -> list:
     """Checkpoints, backup (resume after a kill), history, TensorBoard, NaN stop; with
-    `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging.
+    `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging; with
+    `cooldown_schedule` (a `schedules.Cooldown`), the projection of the run's end
+    (`ProjectedEnd`) from `epochs` and `time_budget_minutes`.
 
     `best_val_loss`: the run's best validation loss so far, which a best
     checkpoint written by earlier versions (without its own record) counts as.
@@ -220,6 +263,8 @@ def make_callbacks(
     ]
     if time_budget_minutes:
         callbacks.append(TimeBudget(time_budget_minutes))
+    if cooldown_schedule is not None:
+        callbacks.append(ProjectedEnd(cooldown_schedule, epochs, time_budget_minutes))
     if early_stopping_patience:
         callbacks.append(
             keras.callbacks.EarlyStopping(

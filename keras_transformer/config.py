@@ -83,6 +83,9 @@ SETTING_HELP = {
     "warmup_steps": "steps of rising learning rate before its inverse-square-root decay",
     "learning_rate": "peak learning rate (fairseq's inverse_sqrt schedule); unset: the "
     "paper's schedule, whose peak is (d_model * warmup_steps)^-0.5",
+    "lr_cooldown": "share of the run's last steps over which the learning rate falls "
+    "linearly to zero, the end projected at each epoch end from epochs and "
+    "time_budget_minutes (0: none)",
     "weight_decay": "decoupled weight decay (AdamW) when positive",
     "clip_norm": "clip the gradients' global norm to this value; unset: no clipping",
     "keep_epoch_checkpoints": "keep the last N epochs' checkpoints, for export --average-last "
@@ -140,6 +143,7 @@ class _RunSettings:
     steps_per_epoch: int | None = None
     warmup_steps: int = 4000
     learning_rate: float | None = None
+    lr_cooldown: float = 0.0
     weight_decay: float = 0.0
     clip_norm: float | None = None
     label_smoothing: float = 0.0
@@ -180,6 +184,10 @@ class _RunSettings:
         for name in positive + tuple(MODEL_SIZES) + ("max_length",):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive. Received: {name}={getattr(self, name)}")
+        if not 0 <= self.lr_cooldown < 1:
+            raise ValueError(
+                f"lr_cooldown must be in [0, 1). Received: lr_cooldown={self.lr_cooldown}"
+            )
         self._validate_tokenizer_settings()
         if self.share_embeddings and not self.shared_vocab:
             raise ValueError(

@@ -4,8 +4,12 @@ Both schedules rise linearly for `warmup_steps` and then decay as 1/sqrt(step);
 they differ in how the peak is set. The paper's `WarmupSchedule` derives it
 from the model size (d_model^-0.5 * warmup_steps^-0.5: 7e-4 for the tutorial's
 d_model 128 and 4,000 steps); fairseq's `InverseSqrtSchedule` takes it as a
-number (its small-corpus recipes use 5e-4 to 5e-3).
+number (its small-corpus recipes use 5e-4 to 5e-3). `Cooldown` wraps either and
+brings it down to zero over the last part of a run, whose end a time budget
+only fixes while the run goes on.
 """
+
+import math
 
 import keras
 import tensorflow as tf
@@ -81,6 +85,75 @@ class InverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Cooldown(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule`, brought down linearly to zero over the last `fraction` of the run's steps.
+
+    lr = schedule(step) * min(1, (last_step + 1 - step) / (fraction * last_step)).
+
+    The 1/sqrt decay leaves a short run at a third of its peak rate or more, where
+    the weights still hop around the minimum they found; letting the rate down at
+    the end settles them. A run that ends on a time budget does not know its last
+    step when it starts, so `last_step` is a variable: until it is set (by
+    `callbacks.ProjectedEnd` at each epoch end, from the steps an epoch takes and
+    the epochs and minutes left) the schedule runs unchanged.
+
+    Args:
+        schedule: a `LearningRateSchedule`.
+        fraction: float in (0, 1). The share of the run's steps that cool down.
+    """
+
+    def __init__(self, schedule, fraction):
+        super().__init__()
+        if not 0 < fraction < 1:
+            raise ValueError(f"fraction must be in (0, 1). Received: fraction={fraction}")
+        self.schedule = schedule
+        self.fraction = fraction
+        # Not saved with the optimizer: a resumed run projects its end afresh.
+        self.last_step = tf.Variable(math.inf, trainable=False, dtype=tf.float32)
+
+    def set_last_step(self, step: float):
+        self.last_step.assign(float(step))
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        left = (self.last_step + 1.0 - step) / (self.fraction * self.last_step)
+        # inf / inf is nan while the end is unknown: no cooldown then.
+        factor = tf.where(tf.math.is_finite(self.last_step), tf.clip_by_value(left, 0.0, 1.0), 1.0)
+        return self.schedule(step) * factor
+
+    def get_config(self):
+        return {
+            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "fraction": self.fraction,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)
+
+
+def make_schedule(d_model, warmup_steps=4000, learning_rate=None, cooldown=0.0):
+    """The learning-rate schedule of a training run.
+
+    Args:
+        d_model: int. Sets the paper's peak rate when `learning_rate` is None.
+        warmup_steps: int. Steps of linear warmup. Defaults to 4000.
+        learning_rate: float. The peak rate of `InverseSqrtSchedule`; None
+            (default) uses the paper's `WarmupSchedule`.
+        cooldown: float. With a share in (0, 1), the schedule is wrapped in
+            `Cooldown`, whose end must then be set (`callbacks.ProjectedEnd`
+            does it in a `fit`). Defaults to 0 (none).
+    """
+    if learning_rate is None:
+        schedule = WarmupSchedule(d_model, warmup_steps)
+    else:
+        schedule = InverseSqrtSchedule(learning_rate, warmup_steps)
+    return Cooldown(schedule, cooldown) if cooldown else schedule
+
+
 def make_optimizer(
     d_model,
     warmup_steps=4000,
@@ -94,16 +167,17 @@ def make_optimizer(
         d_model: int. Sets the paper's peak rate when `learning_rate` is None.
         warmup_steps: int. Steps of linear warmup. Defaults to 4000.
         learning_rate: float. The peak rate of `InverseSqrtSchedule`; None
-            (default) uses the paper's `WarmupSchedule`.
+            (default) uses the paper's `WarmupSchedule`; a schedule (such as
+            `make_schedule`'s) is used as it is.
         weight_decay: float. Decoupled weight decay (AdamW) when positive.
             Defaults to 0.
         clip_norm: float. Clips the gradients' global norm to this value.
             Defaults to None (no clipping).
     """
-    if learning_rate is None:
-        schedule = WarmupSchedule(d_model, warmup_steps)
+    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        schedule = learning_rate
     else:
-        schedule = InverseSqrtSchedule(learning_rate, warmup_steps)
+        schedule = make_schedule(d_model, warmup_steps, learning_rate)
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay}")
     if clip_norm is not None:

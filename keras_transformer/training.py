@@ -21,7 +21,12 @@ from keras_transformer.config import TrainConfig, read_config_file
 from keras_transformer.losses import MaskedLoss, masked_loss, token_losses
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
 from keras_transformer.model import Transformer
-from keras_transformer.schedules import CustomSchedule, WarmupSchedule, make_optimizer
+from keras_transformer.schedules import (
+    CustomSchedule,
+    WarmupSchedule,
+    make_optimizer,
+    make_schedule,
+)
 from keras_transformer.tokenizers import (
     learn_sentencepiece_model,
     learn_vocabulary,
@@ -210,11 +215,13 @@ def train(
             **config.step_kwargs(),
             dtype=MIXED_PRECISION_POLICIES[config.mixed_precision],
         )
+        schedule = make_schedule(
+            config.d_model, config.warmup_steps, config.learning_rate, config.lr_cooldown
+        )
         model.compile(
             optimizer=make_optimizer(
                 config.d_model,
-                config.warmup_steps,
-                learning_rate=config.learning_rate,
+                learning_rate=schedule,
                 weight_decay=config.weight_decay,
                 clip_norm=config.clip_norm,
             ),
@@ -241,6 +248,8 @@ def train(
             config.time_budget_minutes,
             config.early_stopping_patience,
             config.keep_epoch_checkpoints,
+            cooldown_schedule=schedule if config.lr_cooldown else None,
+            epochs=config.epochs,
         ),
         verbose=verbose,
         shuffle=False,  # make_batches shuffles

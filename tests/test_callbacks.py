@@ -7,15 +7,18 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer import callbacks as callbacks_lib
 from keras_transformer import checkpoints, run_dir
 from keras_transformer.callbacks import (
     Checkpoint,
     EpochCheckpoints,
     NonFiniteLoss,
+    ProjectedEnd,
     TimeBudget,
     make_callbacks,
 )
 from keras_transformer.losses import MaskedLoss
+from keras_transformer.schedules import Cooldown, InverseSqrtSchedule, make_optimizer
 from tests.helpers import assert_close, tiny_transformer
 
 
@@ -33,6 +36,57 @@ def test_time_budget_stops_after_the_epoch_that_passes_it():
     assert not generous.model.stop_training
     with pytest.raises(ValueError, match="time_budget_minutes"):
         TimeBudget(minutes=0)
+
+
+def test_the_projected_end_counts_epochs_left_by_number_and_by_time(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: clock[0])
+    schedule = Cooldown(InverseSqrtSchedule(1e-3), 0.2)
+    model = type("FakeModel", (), {"optimizer": keras.optimizers.Adam()})()
+
+    def start(callback):
+        callback.set_model(model)
+        callback.on_train_begin()
+        return callback
+
+    def epoch(callback, index, seconds, steps):
+        callback.on_epoch_begin(index)
+        clock[0] += seconds
+        model.optimizer.iterations.assign_add(steps)
+        callback.on_epoch_end(index)
+        return float(schedule.last_step.numpy())
+
+    by_time = start(ProjectedEnd(schedule, epochs=100, minutes=5))
+    # 100 s of the 300 s budget: two more 100 s epochs fit, of 10 steps each.
+    assert epoch(by_time, 0, 100, 10) == 30
+    # A faster epoch (60 s) leaves 140 s: the run ends after three more.
+    assert epoch(by_time, 1, 60, 10) == 50
+    # Past the budget the run ends with this epoch.
+    assert epoch(by_time, 2, 300, 10) == 30
+    # A resumed run (at epoch 3 of 4, step 30) projects from where it resumes.
+    by_number = start(ProjectedEnd(schedule, epochs=4))
+    assert epoch(by_number, 2, 1, 12) == 30 + 12 + 12
+
+
+def test_a_fit_with_a_cooldown_ends_at_its_projected_step(tmp_path):
+    model = tiny_transformer()
+    schedule = Cooldown(InverseSqrtSchedule(1e-3, warmup_steps=2), 0.5)
+    model.compile(
+        optimizer=make_optimizer(model.d_model, learning_rate=schedule),
+        loss=MaskedLoss(),
+        run_eagerly=True,
+    )
+    ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
+    seen = []
+    record = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append(float(schedule.last_step.numpy()))
+    )
+    callbacks = make_callbacks(tmp_path, cooldown_schedule=schedule, epochs=3)
+    model.fit((ids, ids), ids, batch_size=1, epochs=3, verbose=0, callbacks=[*callbacks, record])
+    # Two steps an epoch, three epochs: the end is step 6 from the first epoch on,
+    # and the last step ran at (6 + 1 - 6) / 3 of the rate.
+    assert seen == [6.0, 6.0, 6.0]
+    assert float(schedule(6)) == pytest.approx(float(schedule.schedule(6)) / 3, rel=1e-5)
 
 
 def _compiled_model() -> keras.Model:

@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 
 from keras_transformer.schedules import (
+    Cooldown,
     CustomSchedule,
     InverseSqrtSchedule,
     WarmupSchedule,
     make_optimizer,
+    make_schedule,
 )
 
 
@@ -60,3 +62,32 @@ def test_make_optimizer_options():
         make_optimizer(128, clip_norm=0)
     with pytest.raises(ValueError, match="weight_decay"):
         make_optimizer(128, weight_decay=-1)
+
+
+def test_cooldown_is_the_schedule_until_its_end_is_known_then_falls_to_zero():
+    inner = InverseSqrtSchedule(1e-3, warmup_steps=10)
+    cooldown = Cooldown(inner, fraction=0.2)
+    for step in (1, 10, 80, 100, 10**6):
+        assert float(cooldown(step)) == float(inner(step))
+    cooldown.set_last_step(100)
+    # The last 20 of 100 steps fall linearly: full rate up to step 81, then
+    # (101 - step) / 20 of it, zero past the end.
+    for step in (1, 10, 50, 81):
+        assert float(cooldown(step)) == pytest.approx(float(inner(step)), rel=1e-6)
+    for step in (90, 100):
+        expected = float(inner(step)) * (101 - step) / 20
+        assert float(cooldown(step)) == pytest.approx(expected, rel=1e-5)
+    assert float(cooldown(101)) == 0.0 and float(cooldown(500)) == 0.0
+
+
+def test_cooldown_round_trips_config_and_checks_its_fraction():
+    cooldown = make_schedule(128, 100, learning_rate=3e-3, cooldown=0.25)
+    assert isinstance(cooldown, Cooldown)
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(cooldown))
+    assert isinstance(again.schedule, InverseSqrtSchedule) and again.fraction == 0.25
+    assert float(again(57)) == float(cooldown(57))
+    for fraction in (0, 1, -0.5):
+        with pytest.raises(ValueError, match="fraction"):
+            Cooldown(InverseSqrtSchedule(1e-3), fraction)
+    # make_optimizer takes a schedule as it is.
+    assert make_optimizer(128, learning_rate=cooldown)._learning_rate is cooldown
