@@ -113,6 +113,8 @@ class ProjectedEnd(keras.callbacks.Callback):
 
     def __init__(self, schedule, epochs: int, minutes: float | None = None):
         super().__init__()
+        if not epochs or epochs <= 0:
+            raise ValueError(f"ProjectedEnd needs the run's epochs. Received: epochs={epochs}")
         self.schedule = schedule
         self.epochs = epochs
         self.seconds = minutes * 60.0 if minutes else None

@@ -2,6 +2,7 @@
 
 import logging
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -66,6 +67,8 @@ def test_the_projected_end_counts_epochs_left_by_number_and_by_time(monkeypatch)
     # A resumed run (at epoch 3 of 4, step 30) projects from where it resumes.
     by_number = start(ProjectedEnd(schedule, epochs=4))
     assert epoch(by_number, 2, 1, 12) == 30 + 12 + 12
+    with pytest.raises(ValueError, match="epochs"):
+        make_callbacks(Path("unused"), cooldown_schedule=schedule)
 
 
 def test_a_fit_with_a_cooldown_ends_at_its_projected_step(tmp_path):

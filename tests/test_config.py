@@ -39,3 +39,9 @@ def test_shared_embeddings_need_the_shared_vocabulary():
     with pytest.raises(ValueError, match="share_embeddings=True needs.*shared_vocab=True"):
         TrainConfig(share_embeddings=True).validate()
     TrainConfig(share_embeddings=True, shared_vocab=True).validate()
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0])
+def test_a_cooldown_share_outside_zero_to_one_is_refused(share):
+    with pytest.raises(ValueError, match=r"lr_cooldown must be in \[0, 1\)"):
+        TrainConfig(lr_cooldown=share).validate()
