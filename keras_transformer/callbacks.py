@@ -22,6 +22,7 @@ from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.atomic import write_atomically
 from keras_transformer.backup import RunBackup
 from keras_transformer.plotting import plot_training_curves
+from keras_transformer.schedules import Cooldown
 
 logger = logging.getLogger(__name__)
 
@@ -101,43 +102,60 @@ class TimeBudget(keras.callbacks.Callback):
 
 
 class ProjectedEnd(keras.callbacks.Callback):
-    """Tells a `schedules.Cooldown` the run's last step, projected at every epoch end.
+    """Tells a `schedules.Cooldown` the run's last step, projected as the run goes.
 
     The run ends after `epochs`, or after the first epoch that finishes past
-    `minutes` (`TimeBudget`), whichever comes first. The epochs left are
-    counted from both, the time budget's by the last epoch's duration (the first
-    one, which traces the step, overstates it; the next corrects it), and an
-    epoch's steps are the mean of this process's epochs so far. A resumed run
-    projects from where it resumes, as its budget starts afresh.
+    `minutes` (`TimeBudget`, which runs before this callback and stops the run),
+    whichever comes first. At every epoch end the epochs left are counted from
+    both, the time budget's by the last epoch's duration, and an epoch's steps
+    are the mean of this process's epochs so far. Before the first epoch ends,
+    the end is known only where an epoch's steps are (`steps_per_epoch`, or a
+    resumed run's steps so far over its epochs so far), and then only by count:
+    the first epoch of a run without `steps_per_epoch` runs uncooled, and a
+    resumed run's budget starts afresh (as `TimeBudget`'s does). With a time
+    budget the end can move by an epoch when epochs change speed, and under the
+    `multi_worker` strategy each worker would project from its own clock: there,
+    cool a run bounded by `epochs` alone.
     """
 
     def __init__(self, schedule, epochs: int, minutes: float | None = None):
         super().__init__()
+        if not isinstance(schedule, Cooldown):
+            raise ValueError(f"ProjectedEnd needs a schedules.Cooldown. Received: {schedule!r}")
         if not epochs or epochs <= 0:
             raise ValueError(f"ProjectedEnd needs the run's epochs. Received: epochs={epochs}")
         self.schedule = schedule
         self.epochs = epochs
         self.seconds = minutes * 60.0 if minutes else None
 
+    def _step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
-        self._first_step = int(self.model.optimizer.iterations.numpy())
+        self._first_step = self._step()
         self._epochs_done = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = time.monotonic()
+        if self._epochs_done == 0:
+            steps = self._first_step / epoch if epoch else self.params.get("steps")
+            if steps:
+                self.schedule.set_last_step(self._first_step + (self.epochs - epoch) * steps)
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.monotonic()
         self._epochs_done += 1
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self._step()
         steps_per_epoch = (step - self._first_step) / self._epochs_done
         epochs_left = self.epochs - (epoch + 1)
-        if self.seconds is not None:
-            seconds_left = self.seconds - (now - self._start)
-            by_time = math.ceil(seconds_left / (now - self._epoch_start)) if seconds_left > 0 else 0
-            epochs_left = min(epochs_left, by_time)
-        self.schedule.set_last_step(step + epochs_left * steps_per_epoch)
+        if self.model.stop_training:
+            epochs_left = 0
+        elif self.seconds is not None:
+            by_time = math.ceil((self.seconds - (now - self._start)) / (now - self._epoch_start))
+            epochs_left = min(epochs_left, max(1, by_time))
+        if step > 0:
+            self.schedule.set_last_step(step + epochs_left * steps_per_epoch)
 
 
 class NonFiniteLoss(ValueError):

@@ -89,14 +89,18 @@ class InverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule):
 class Cooldown(keras.optimizers.schedules.LearningRateSchedule):
     """`schedule`, brought down linearly to zero over the last `fraction` of the run's steps.
 
-    lr = schedule(step) * min(1, (last_step + 1 - step) / (fraction * last_step)).
+    lr = schedule(step) * min(1, (last_step - step) / (fraction * last_step)),
+
+    `step` being the updates made before this one (Keras' convention), so a run of
+    `last_step` updates cools its last `fraction * last_step` of them and its last
+    update runs at 1 / (fraction * last_step) of the rate.
 
     The 1/sqrt decay leaves a short run at a third of its peak rate or more, where
     the weights still hop around the minimum they found; letting the rate down at
     the end settles them. A run that ends on a time budget does not know its last
     step when it starts, so `last_step` is a variable: until it is set (by
-    `callbacks.ProjectedEnd` at each epoch end, from the steps an epoch takes and
-    the epochs and minutes left) the schedule runs unchanged.
+    `callbacks.ProjectedEnd`, from the steps an epoch takes and the epochs and
+    minutes left) the schedule runs unchanged.
 
     Args:
         schedule: a `LearningRateSchedule`.
@@ -113,11 +117,13 @@ class Cooldown(keras.optimizers.schedules.LearningRateSchedule):
         self.last_step = tf.Variable(math.inf, trainable=False, dtype=tf.float32)
 
     def set_last_step(self, step: float):
+        if not (math.isfinite(step) and step > 0):
+            raise ValueError(f"The last step must be a positive number. Received: {step}")
         self.last_step.assign(float(step))
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
-        left = (self.last_step + 1.0 - step) / (self.fraction * self.last_step)
+        left = (self.last_step - step) / (self.fraction * self.last_step)
         # inf / inf is nan while the end is unknown: no cooldown then.
         factor = tf.where(tf.math.is_finite(self.last_step), tf.clip_by_value(left, 0.0, 1.0), 1.0)
         return self.schedule(step) * factor

@@ -1,6 +1,7 @@
 """The callbacks of a training run (`callbacks.py`)."""
 
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -43,53 +44,76 @@ def test_the_projected_end_counts_epochs_left_by_number_and_by_time(monkeypatch)
     clock = [0.0]
     monkeypatch.setattr(callbacks_lib.time, "monotonic", lambda: clock[0])
     schedule = Cooldown(InverseSqrtSchedule(1e-3), 0.2)
-    model = type("FakeModel", (), {"optimizer": keras.optimizers.Adam()})()
 
-    def start(callback):
-        callback.set_model(model)
-        callback.on_train_begin()
-        return callback
+    def start(*callbacks, steps=None):
+        model = type("FakeModel", (), {"optimizer": keras.optimizers.Adam()})()
+        model.stop_training = False
+        for callback in callbacks:
+            callback.set_model(model)
+            callback.set_params({"steps": steps})
+        return model, callbacks
 
-    def epoch(callback, index, seconds, steps):
-        callback.on_epoch_begin(index)
+    def epoch(run, index, seconds=1, steps=10):
+        model, callbacks = run
+        for callback in callbacks:
+            callback.on_epoch_begin(index)
         clock[0] += seconds
         model.optimizer.iterations.assign_add(steps)
-        callback.on_epoch_end(index)
+        for callback in callbacks:  # TimeBudget first, as make_callbacks orders them
+            callback.on_epoch_end(index)
         return float(schedule.last_step.numpy())
 
-    by_time = start(ProjectedEnd(schedule, epochs=100, minutes=5))
+    # A fresh run with a time budget: unknown until an epoch is timed.
+    run = start(TimeBudget(minutes=5), ProjectedEnd(schedule, epochs=100, minutes=5))
+    for callback in run[1]:
+        callback.on_train_begin()
+    run[1][1].on_epoch_begin(0)
+    assert not math.isfinite(float(schedule.last_step.numpy()))
     # 100 s of the 300 s budget: two more 100 s epochs fit, of 10 steps each.
-    assert epoch(by_time, 0, 100, 10) == 30
+    assert epoch(run, 0, seconds=100) == 30
     # A faster epoch (60 s) leaves 140 s: the run ends after three more.
-    assert epoch(by_time, 1, 60, 10) == 50
-    # Past the budget the run ends with this epoch.
-    assert epoch(by_time, 2, 300, 10) == 30
-    # A resumed run (at epoch 3 of 4, step 30) projects from where it resumes.
-    by_number = start(ProjectedEnd(schedule, epochs=4))
-    assert epoch(by_number, 2, 1, 12) == 30 + 12 + 12
+    assert epoch(run, 1, seconds=60) == 50
+    # Past the budget (TimeBudget stops the run) it ends with this epoch.
+    assert epoch(run, 2, seconds=300) == 30 and run[0].stop_training
+
+    # A run resumed at epoch 3 of 5 after 30 steps knows its end before its
+    # first epoch: 15 steps an epoch so far, three epochs left.
+    resumed = start(ProjectedEnd(schedule, epochs=5))
+    resumed[0].optimizer.iterations.assign(30)
+    resumed[1][0].on_train_begin()
+    resumed[1][0].on_epoch_begin(2)
+    assert float(schedule.last_step.numpy()) == 30 + 3 * 15
+    # After an epoch of 12 steps, the mean is of this process's epochs.
+    assert epoch(resumed, 2, steps=12) == 42 + 2 * 12
+
     with pytest.raises(ValueError, match="epochs"):
         make_callbacks(Path("unused"), cooldown_schedule=schedule)
+    with pytest.raises(ValueError, match="Cooldown"):
+        ProjectedEnd(InverseSqrtSchedule(1e-3), epochs=3)
 
 
-def test_a_fit_with_a_cooldown_ends_at_its_projected_step(tmp_path):
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_fit_cools_its_last_updates_to_the_projected_end(tmp_path, jit_compile):
     model = tiny_transformer()
     schedule = Cooldown(InverseSqrtSchedule(1e-3, warmup_steps=2), 0.5)
     model.compile(
         optimizer=make_optimizer(model.d_model, learning_rate=schedule),
         loss=MaskedLoss(),
-        run_eagerly=True,
+        jit_compile=jit_compile,
     )
     ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
-    seen = []
+    rates = []
     record = keras.callbacks.LambdaCallback(
-        on_epoch_end=lambda epoch, logs: seen.append(float(schedule.last_step.numpy()))
+        on_train_batch_begin=lambda batch, logs: rates.append(float(model.optimizer.learning_rate))
     )
     callbacks = make_callbacks(tmp_path, cooldown_schedule=schedule, epochs=3)
     model.fit((ids, ids), ids, batch_size=1, epochs=3, verbose=0, callbacks=[*callbacks, record])
-    # Two steps an epoch, three epochs: the end is step 6 from the first epoch on,
-    # and the last step ran at (6 + 1 - 6) / 3 of the rate.
-    assert seen == [6.0, 6.0, 6.0]
-    assert float(schedule(6)) == pytest.approx(float(schedule.schedule(6)) / 3, rel=1e-5)
+    # Two steps an epoch (known before the first), three epochs: 6 updates, seeing
+    # steps 0-5; the last half of them at (6 - step) / 3 of the schedule's rate.
+    factors = [1, 1, 1, 1, 2 / 3, 1 / 3]
+    expected = [float(schedule.schedule(step)) * f for step, f in enumerate(factors)]
+    assert rates == pytest.approx(expected, rel=1e-5)
+    assert float(schedule.last_step.numpy()) == 6
 
 
 def _compiled_model() -> keras.Model:

@@ -11,9 +11,11 @@ def test_tie_embeddings_reaches_the_model_config():
     assert config.model_kwargs(100, 120)["tie_embeddings"] is True
     args = cli.build_parser().parse_args(
         ["train", "--run-dir", "x", "--time-budget-minutes", "2.5", "--tie-embeddings", "true"]
+        + ["--lr-cooldown", "0.2"]
     )
     parsed = cli.config_from_args(args)
     assert parsed.time_budget_minutes == 2.5 and parsed.tie_embeddings is True
+    assert parsed.lr_cooldown == 0.2
 
 
 @pytest.mark.parametrize(

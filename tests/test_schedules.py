@@ -1,5 +1,7 @@
 """The learning-rate schedules and the optimizer (`schedules.py`)."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -70,14 +72,18 @@ def test_cooldown_is_the_schedule_until_its_end_is_known_then_falls_to_zero():
     for step in (1, 10, 80, 100, 10**6):
         assert float(cooldown(step)) == float(inner(step))
     cooldown.set_last_step(100)
-    # The last 20 of 100 steps fall linearly: full rate up to step 81, then
-    # (101 - step) / 20 of it, zero past the end.
-    for step in (1, 10, 50, 81):
+    # A run of 100 updates sees steps 0-99 (Keras counts the updates made before
+    # each): its last 20 fall linearly, full rate up to step 80, then
+    # (100 - step) / 20 of it, the last update at 1/20, zero past the end.
+    for step in (1, 10, 50, 80):
         assert float(cooldown(step)) == pytest.approx(float(inner(step)), rel=1e-6)
-    for step in (90, 100):
-        expected = float(inner(step)) * (101 - step) / 20
+    for step in (81, 90, 99):
+        expected = float(inner(step)) * (100 - step) / 20
         assert float(cooldown(step)) == pytest.approx(expected, rel=1e-5)
-    assert float(cooldown(101)) == 0.0 and float(cooldown(500)) == 0.0
+    assert float(cooldown(100)) == 0.0 and float(cooldown(500)) == 0.0
+    for bad in (0, -3, math.nan, math.inf):
+        with pytest.raises(ValueError, match="last step"):
+            cooldown.set_last_step(bad)
 
 
 def test_cooldown_round_trips_config_and_checks_its_fraction():

@@ -12,7 +12,7 @@ import keras
 import pytest
 
 from keras_transformer import run_dir, training
-from keras_transformer.schedules import InverseSqrtSchedule
+from keras_transformer.schedules import Cooldown, InverseSqrtSchedule
 from keras_transformer.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +82,7 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
         weight_decay=1e-4,
         clip_norm=1.0,
         keep_epoch_checkpoints=2,
+        lr_cooldown=0.3,
     )
     training.train(settings, tmp_path, verbose=0)
     assert [p.name for p in run_dir.epoch_checkpoints(tmp_path)] == [
@@ -91,8 +92,11 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
     optimizer = keras.models.load_model(tmp_path / run_dir.LAST_CHECKPOINT).optimizer
     assert isinstance(optimizer, keras.optimizers.AdamW)
     assert optimizer.global_clipnorm == 1.0 and optimizer.weight_decay == 1e-4
-    assert isinstance(optimizer._learning_rate, InverseSqrtSchedule)
-    assert optimizer._learning_rate.peak_learning_rate == 2e-3
+    # The cooldown round-trips through the checkpoint around the inverse-sqrt schedule.
+    assert isinstance(optimizer._learning_rate, Cooldown)
+    assert optimizer._learning_rate.fraction == 0.3
+    assert isinstance(optimizer._learning_rate.schedule, InverseSqrtSchedule)
+    assert optimizer._learning_rate.schedule.peak_learning_rate == 2e-3
     averaged, *_ = run_dir.load_run(tmp_path, average_last=2)
     assert averaged.count_params() == run_dir.load_model(tmp_path).count_params()
 
