@@ -84,8 +84,8 @@ SETTING_HELP = {
     "learning_rate": "peak learning rate (fairseq's inverse_sqrt schedule); unset: the "
     "paper's schedule, whose peak is (d_model * warmup_steps)^-0.5",
     "lr_cooldown": "share of the run's last steps over which the learning rate falls "
-    "linearly to zero, the end projected at each epoch end from epochs and "
-    "time_budget_minutes (0: none)",
+    "linearly to zero, the end projected from epochs and time_budget_minutes as epochs "
+    "finish (early stopping is not foreseen) (0: none)",
     "weight_decay": "decoupled weight decay (AdamW) when positive",
     "clip_norm": "clip the gradients' global norm to this value; unset: no clipping",
     "keep_epoch_checkpoints": "keep the last N epochs' checkpoints, for export --average-last "
