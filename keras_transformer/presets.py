@@ -44,8 +44,10 @@ PRESETS = {
     # this learning rate the paper's post-LN order trained on Multi30k but not on TED
     # pt->en, whose decoder settled into a language model that ignored the source
     # (validation accuracy 0.28 after 4 epochs, 0.32 after 14), while pre-LN reached 0.32
-    # after 2 epochs and 0.62 after 16 (README, "Measured quality"). The last 5 epochs
-    # are kept for averaging.
+    # after 2 epochs and 0.62 after 16 (README, "Measured quality"). The learning rate
+    # cools to zero over the last fifth of the run: on Multi30k, two runs alike but for
+    # that, 13 epochs each, scored validation BLEU 37.58 against 36.74 (beam 5). The last
+    # 5 epochs are kept for averaging, which validation weighs against the last one.
     "small": {
         "tokenizer": "sentencepiece",
         "subword_model": "unigram",
@@ -64,6 +66,7 @@ PRESETS = {
         "tie_embeddings": True,
         "learning_rate": 3e-3,
         "warmup_steps": 1000,
+        "lr_cooldown": 0.2,
         "batch_size": 128,
         "max_tokens": 128,
         "epochs": 150,
