@@ -34,7 +34,8 @@ class RunHistory(keras.callbacks.Callback):
     writes last, after the epoch's checkpoints and backup are on disk. It
     survives a resume: the file holds every completed epoch of the run, and an
     epoch that is trained again replaces its earlier entry. Also records the
-    epoch's wall time, its training time and target tokens per second.
+    epoch's wall time, its training time, target tokens per second and the
+    learning rate it leaves (a cooldown shows there).
     """
 
     def __init__(self, run_dir: str | os.PathLike, plot: bool = True):
@@ -62,6 +63,8 @@ class RunHistory(keras.callbacks.Callback):
         entry["epoch_seconds"] = end - self._start
         entry["train_seconds"] = train_seconds
         entry["optimizer_steps"] = int(self.model.optimizer.iterations.numpy())
+        # The rate of the next update, as the schedule stands at the epoch's end.
+        entry["learning_rate"] = float(self.model.optimizer.learning_rate)
         if "target_tokens" in entry:
             entry["target_tokens_per_second"] = entry["target_tokens"] / train_seconds
         self.entries.append(entry)

@@ -114,6 +114,10 @@ def test_a_fit_cools_its_last_updates_to_the_projected_end(tmp_path, jit_compile
     expected = [float(schedule.schedule(step)) * f for step, f in enumerate(factors)]
     assert rates == pytest.approx(expected, rel=1e-5)
     assert float(schedule.last_step.numpy()) == 6
+    # history.json records the rate each epoch leaves: the next update's.
+    history = run_dir.read_history(tmp_path)
+    left = [float(schedule.schedule(2)), float(schedule.schedule(4)) * 2 / 3, 0.0]
+    assert [e["learning_rate"] for e in history] == pytest.approx(left, rel=1e-5)
 
 
 def _compiled_model() -> keras.Model:
