@@ -96,8 +96,12 @@ class TimeBudget(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
 
+    def seconds_left(self) -> float:
+        """What is left of the budget (negative once it is spent)."""
+        return self.seconds - (time.monotonic() - self._start)
+
     def on_epoch_end(self, epoch, logs=None):
-        if time.monotonic() - self._start >= self.seconds:
+        if self.seconds_left() <= 0:
             print(
                 f"\nTime budget of {self.seconds / 60:g} minutes reached after epoch {epoch + 1}."
             )
@@ -108,9 +112,9 @@ class ProjectedEnd(keras.callbacks.Callback):
     """Tells a `schedules.Cooldown` the run's last step, projected as the run goes.
 
     The run ends after `epochs`, or after the first epoch that finishes past
-    `minutes` (`TimeBudget`, which runs before this callback and stops the run),
-    whichever comes first. At every epoch end the epochs left are counted from
-    both, the time budget's by the last epoch's duration, and an epoch's steps
+    the `budget` (a `TimeBudget`, which runs before this callback and stops the
+    run), whichever comes first. At every epoch end the epochs left are counted
+    from both, the budget's by the last epoch's duration, and an epoch's steps
     are the mean of this process's epochs so far. Before the first epoch ends,
     the end is known only where an epoch's steps are (`steps_per_epoch`, or a
     resumed run's steps so far over its epochs so far), and then only by count:
@@ -121,7 +125,7 @@ class ProjectedEnd(keras.callbacks.Callback):
     cool a run bounded by `epochs` alone.
     """
 
-    def __init__(self, schedule, epochs: int, minutes: float | None = None):
+    def __init__(self, schedule, epochs: int, budget: TimeBudget | None = None):
         super().__init__()
         if not isinstance(schedule, Cooldown):
             raise ValueError(f"ProjectedEnd needs a schedules.Cooldown. Received: {schedule!r}")
@@ -129,13 +133,12 @@ class ProjectedEnd(keras.callbacks.Callback):
             raise ValueError(f"ProjectedEnd needs the run's epochs. Received: epochs={epochs}")
         self.schedule = schedule
         self.epochs = epochs
-        self.seconds = minutes * 60.0 if minutes else None
+        self.budget = budget
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
     def on_train_begin(self, logs=None):
-        self._start = time.monotonic()
         self._first_step = self._step()
         self._epochs_done = 0
 
@@ -154,8 +157,8 @@ class ProjectedEnd(keras.callbacks.Callback):
         epochs_left = self.epochs - (epoch + 1)
         if self.model.stop_training:
             epochs_left = 0
-        elif self.seconds is not None:
-            by_time = math.ceil((self.seconds - (now - self._start)) / (now - self._epoch_start))
+        elif self.budget is not None:
+            by_time = math.ceil(self.budget.seconds_left() / (now - self._epoch_start))
             epochs_left = min(epochs_left, max(1, by_time))
         if step > 0:
             self.schedule.set_last_step(step + epochs_left * steps_per_epoch)
@@ -284,10 +287,11 @@ def make_callbacks(
         ),
         RunHistory(run_dir),
     ]
-    if time_budget_minutes:
-        callbacks.append(TimeBudget(time_budget_minutes))
+    budget = TimeBudget(time_budget_minutes) if time_budget_minutes else None
+    if budget is not None:
+        callbacks.append(budget)
     if cooldown_schedule is not None:
-        callbacks.append(ProjectedEnd(cooldown_schedule, epochs, time_budget_minutes))
+        callbacks.append(ProjectedEnd(cooldown_schedule, epochs, budget))
     if early_stopping_patience:
         callbacks.append(
             keras.callbacks.EarlyStopping(

@@ -64,7 +64,8 @@ def test_the_projected_end_counts_epochs_left_by_number_and_by_time(monkeypatch)
         return float(schedule.last_step.numpy())
 
     # A fresh run with a time budget: unknown until an epoch is timed.
-    run = start(TimeBudget(minutes=5), ProjectedEnd(schedule, epochs=100, minutes=5))
+    budget = TimeBudget(minutes=5)
+    run = start(budget, ProjectedEnd(schedule, epochs=100, budget=budget))
     for callback in run[1]:
         callback.on_train_begin()
     run[1][1].on_epoch_begin(0)
