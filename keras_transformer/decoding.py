@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from keras_transformer import candidates
 from keras_transformer.constants import END_ID, PAD_ID, START_ID
 
 _NEG_INF = float("-inf")
@@ -458,18 +459,14 @@ def beam_search(
     def body(i, beams, state):
         tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
         logits, state = model.decoding_step(tokens, i, state)
-        log_probs = tf.reshape(tf.nn.log_softmax(logits, axis=-1), [batch, width, vocab])
-        if row_limits is not None:
-            # At its limit a row may only end: every other token is ruled out.
-            not_end = tf.range(vocab) != END_ID
-            forced = tf.logical_and((i + 1 >= row_limits)[:, None, None], not_end)
-            log_probs = tf.where(forced, _NEG_INF, log_probs)
-        candidates = beams.alive_log_prob[:, :, None] + log_probs
-        candidates = tf.reshape(candidates, [batch, width * vocab])
+        # The loop's state has no static shapes; the candidates' selection needs the vocabulary's.
+        logits = tf.ensure_shape(logits, [None, vocab])
+        # At its limit a row may only end: every other token is ruled out.
+        must_end = None if row_limits is None else i + 1 >= row_limits
         # 2 * width candidates leave `width` unfinished ones even if `width` end here.
-        top_log_prob, top_index = tf.math.top_k(candidates, k=tf.minimum(2 * width, width * vocab))
-        parent = top_index // vocab
-        token = tf.cast(top_index % vocab, tf.int64)
+        top_log_prob, parent, token = candidates.best_candidates(
+            logits, beams.alive_log_prob, 2 * width, must_end
+        )
         seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
         ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
 
