@@ -11,11 +11,11 @@ those few alone (beam 4 at 64 rows 1.15x faster: benchmarks/README.md).
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 from keras_transformer.constants import END_ID
-
-_NEG_INF = float("-inf")
 
 # Entries per chunk in `top_per_row`'s first pass.
 _CHUNK = 64
@@ -33,7 +33,7 @@ def top_per_row(values, k):
     length = values.shape[-1]
     chunks = -(-length // _CHUNK)
     if chunks * _CHUNK != length:
-        values = tf.pad(values, [[0, 0], [0, chunks * _CHUNK - length]], constant_values=_NEG_INF)
+        values = tf.pad(values, [[0, 0], [0, chunks * _CHUNK - length]], constant_values=-math.inf)
     values = tf.reshape(values, [-1, chunks, _CHUNK])
     _, chunk_ids = tf.math.top_k(tf.reduce_max(values, axis=-1), k=tf.minimum(k, chunks))
     # In index order, so that ties among the gathered entries still go to the lower index.
@@ -77,7 +77,7 @@ def best_candidates(logits, alive_log_prob, k, must_end=None):
         end_log_prob = (logits[:, END_ID : END_ID + 1] - row_max) - log_sum
         forced = tf.repeat(must_end, width)[:, None]
         first = tf.range(per_hypothesis)[None, :] == 0
-        log_probs = tf.where(forced, tf.where(first, end_log_prob, _NEG_INF), log_probs)
+        log_probs = tf.where(forced, tf.where(first, end_log_prob, -math.inf), log_probs)
         ids = tf.where(tf.logical_and(forced, first), END_ID, ids)
     rows = tf.shape(alive_log_prob)[0]
     candidates = tf.reshape(

@@ -29,14 +29,13 @@ search (`_Beams`, `beam_search`) is the piece to move into a module of its own.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
 
 from keras_transformer import candidates
 from keras_transformer.constants import END_ID, PAD_ID, START_ID
-
-_NEG_INF = float("-inf")
 
 
 class DecodeResult(NamedTuple):
@@ -314,7 +313,7 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int = 0, top_p: float
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p}")
     logits = logits / temperature
-    neg_inf = tf.constant(_NEG_INF, logits.dtype)
+    neg_inf = tf.constant(-math.inf, logits.dtype)
     if top_k:
         k = tf.minimum(top_k, tf.shape(logits)[-1])
         kth = tf.math.top_k(logits, k=k).values[:, -1:]
@@ -385,12 +384,12 @@ class _Beams(NamedTuple):
     def start(cls, batch, width, steps: int) -> _Beams:
         alive_seq = _start_buffer([batch, width], steps)
         # Only beam 0 is live at first, so the first step does not pick one token `width` times.
-        first = tf.where(tf.range(width) == 0, 0.0, _NEG_INF)
+        first = tf.where(tf.range(width) == 0, 0.0, -math.inf)
         return cls(
             alive_seq=alive_seq,
             alive_log_prob=tf.tile(first[None, :], [batch, 1]),
             finished_seq=tf.zeros_like(alive_seq),
-            finished_score=tf.fill([batch, width], _NEG_INF),
+            finished_score=tf.fill([batch, width], -math.inf),
             finished_log_prob=tf.zeros([batch, width]),
             finished_length=tf.zeros([batch, width], tf.int32),
         )
@@ -471,14 +470,14 @@ def beam_search(
         ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
 
         alive_log_prob, alive_seq, alive_parent = _top(
-            tf.where(ends, _NEG_INF, top_log_prob), width, seqs, parent
+            tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
         )
         rows = tf.reshape(alive_parent + tf.range(batch)[:, None] * width, [-1])
         state = model.reorder_decoding_state(state, rows)
 
         length = i + 1
         end_score = tf.where(
-            ends, top_log_prob / length_penalty(length, length_penalty_alpha), _NEG_INF
+            ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
         )
         finished_score, finished_seq, finished_log_prob, finished_length = _top(
             tf.concat([beams.finished_score, end_score], axis=1),
