@@ -8,8 +8,10 @@ before: `PYTHONPATH=<its checkout> keras-transformer export RUN --export-root DI
 from outside this checkout), then time both here in one process. First every signature's
 translations and scores must agree on the batch (or the run stops); then each round
 times both exports on one batch of `--sentences` and on `--singles` sentences one at a
-time, in turn, the order swapped every round so that neither always runs first. The best
-time of each is kept; printed in sentences per second, with after / before.
+time, in turn, the order swapped every round so that neither always runs first. Printed:
+the best time of each in sentences per second, with after / before; and the median and
+range of each round's own after / before (the two ran back to back, so the range shows the
+machine's noise: on a 2-core VM, one search timed in both exports measured 0.77-1.23x).
 """
 
 from __future__ import annotations
@@ -61,23 +63,35 @@ def main() -> None:
         for export in exports:  # first calls of the single-sentence shape
             export.signatures[name](text=singles[0])
 
-    best = {}
+    # seconds[(name, which)]: one (batch, singles) pair of times per round.
+    seconds = {(name, which): [] for name in SIGNATURES for which in (0, 1)}
     for round_ in range(args.rounds):
         order = (0, 1) if round_ % 2 == 0 else (1, 0)
         for name in SIGNATURES:
             for which in order:
                 signature = exports[which].signatures[name]
-                timed = (_seconds(signature, [batch]), _seconds(signature, singles))
-                kept = best.setdefault((name, which), [float("inf")] * 2)
-                best[(name, which)] = [min(a, b) for a, b in zip(kept, timed, strict=True)]
+                seconds[(name, which)].append(
+                    (_seconds(signature, [batch]), _seconds(signature, singles))
+                )
 
-    print(f"\nsentences/s, best of {args.rounds} rounds    before     after   after/before")
+    # Besides the best times, each round's own after/before: the two exports of a
+    # round ran back to back, so its ratio does not follow the machine's slower
+    # minutes, and the spread of those ratios shows the noise.
+    print(
+        f"\nsentences/s, best of {args.rounds} rounds    before     after   after/before"
+        "   per round: median (min-max)"
+    )
     for name in SIGNATURES:
         for column, (size, label) in enumerate(
             ((args.sentences, f"batch {args.sentences}"), (args.singles, "batch 1"))
         ):
-            before, after = (size / best[(name, which)][column] for which in (0, 1))
-            print(f"{name:16s} {label:9s} {before:9.1f} {after:9.1f} {after / before:10.2f}x")
+            times = [np.array([t[column] for t in seconds[(name, w)]]) for w in (0, 1)]
+            before, after = (size / t.min() for t in times)
+            paired = times[0] / times[1]
+            print(
+                f"{name:16s} {label:9s} {before:9.1f} {after:9.1f} {after / before:10.2f}x"
+                f"   {np.median(paired):.2f}x ({paired.min():.2f}-{paired.max():.2f})"
+            )
 
 
 if __name__ == "__main__":
