@@ -67,7 +67,12 @@ def decode_length(model, max_length: int | None) -> int:
 
 
 def in_sub_batches(
-    search, context_ids, sub_batch_size: int, steps: int, in_flight: int = 1
+    search,
+    context_ids,
+    sub_batch_size: int,
+    steps: int,
+    in_flight: int = 1,
+    balance_lengths: bool = False,
 ) -> DecodeResult:
     """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
 
@@ -87,6 +92,15 @@ def in_sub_batches(
     and its short neighbours do not wait for its decoding. Results come back
     in the rows' own order.
 
+    Sorted, equal shares of rows are unequal shares of work: the search over
+    the shorter rows ends first, and its core idles while the longest rows
+    decode. With `balance_lengths` and two searches in flight, a batch that
+    fits in one round of them (at most `sub_batch_size` rows) is split by
+    work instead of rows: more of the short rows, fewer of the long ones. The
+    bound on rows decoded at once holds; what it gives up is a fixed most rows
+    per search, which XLA's compiled shapes need. (Larger batches are already
+    balanced by the loop: a new sub-batch starts as soon as one ends.)
+
     Args:
         search: `(context_ids, index) -> DecodeResult`: one search over
             `context_ids`, int64 `(rows, length)` 0-padded; `index` is the
@@ -95,6 +109,8 @@ def in_sub_batches(
         sub_batch_size: int. Most rows decoded at once, over all searches in flight.
         steps: int. The width of `search`'s tokens.
         in_flight: int. Searches run at once.
+        balance_lengths: bool. With `in_flight` 2, split a batch of at most
+            `sub_batch_size` rows by work, not by row count (see above).
 
     Returns:
         A `DecodeResult` of `batch` rows (without logits).
@@ -114,11 +130,19 @@ def in_sub_batches(
         1, tf.minimum(rows_per_search(sub_batch_size, in_flight), -(-rows // in_flight))
     )
     count = (rows + size - 1) // size
+    # Sub-batch k is sorted rows bounds[k]:bounds[k + 1].
+    bounds = tf.minimum(tf.range(count + 1) * size, rows)
+    if balance_lengths and in_flight == 2:
+        uniform = bounds
+        bounds = tf.cond(
+            tf.logical_and(count == 2, rows <= sub_batch_size),
+            lambda: _two_way_split(sorted_ids.row_lengths()),
+            lambda: uniform,
+        )
 
     def body(index, tokens, lengths, scores):
-        start = index * size
         # Padded to the longest row of this sub-batch only.
-        chunk = sorted_ids[start : start + size].to_tensor()
+        chunk = sorted_ids[bounds[index] : bounds[index + 1]].to_tensor()
         result = search(chunk, index)
         return (
             index + 1,
@@ -150,6 +174,25 @@ def in_sub_batches(
         tf.gather(lengths.concat(), restore),
         tf.gather(scores.concat(), restore),
     )
+
+
+def _two_way_split(sorted_lengths):
+    """Bounds `[0, k, rows]` splitting rows of ascending `sorted_lengths` into two
+    searches of about equal work (2 <= rows).
+
+    A search runs its rows for as many steps as its longest row needs, so its
+    work is about rows x longest length; `k` makes the larger of the two the
+    least it can be.
+    """
+    lengths = tf.cast(sorted_lengths, tf.float32)
+    rows = tf.shape(lengths, out_type=tf.int32)[0]
+    first = tf.range(1, rows)  # rows in the first search
+    work = tf.maximum(
+        lengths[:-1] * tf.cast(first, tf.float32),
+        lengths[-1] * tf.cast(rows - first, tf.float32),
+    )
+    k = tf.cast(tf.argmin(work), tf.int32) + 1
+    return tf.stack([0, k, rows])
 
 
 def rows_per_search(sub_batch_size: int, in_flight: int) -> int:

@@ -94,7 +94,9 @@ class Translator(tf.Module):
             bound on a call's memory. Defaults to 64.
         in_flight: int. Searches run side by side within that bound, each
             over `sub_batch_size // in_flight` rows (a batch of fewer rows is
-            split evenly among them). Defaults to 2.
+            split evenly among them; with the default 2 and no XLA, split by
+            work: more of its short rows in one search, fewer of its long rows
+            in the other, `decoding.in_sub_batches`). Defaults to 2.
         max_length_a, max_length_b: floats. A row also stops after
             `a * source_tokens + b` tokens (its last one then [END]), so one
             row that never ends does not hold its batch to `max_length`.
@@ -236,7 +238,13 @@ class Translator(tf.Module):
         """
         ids, truncated = self.source_tokens(text)
         result = decoding.in_sub_batches(
-            search, ids, self.sub_batch_size, self.max_length, self.in_flight
+            search,
+            ids,
+            self.sub_batch_size,
+            self.max_length,
+            self.in_flight,
+            # XLA's compiled searches take at most `rows_per_search` rows.
+            balance_lengths=not self.jit_compile,
         )
         ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
         return {

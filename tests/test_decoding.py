@@ -250,6 +250,53 @@ def test_searches_in_flight_share_the_bound_and_give_the_same_results(tiny):
     assert decoding.rows_per_search(5, 2) == 2
 
 
+def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
+    """With `balance_lengths`, the two searches of one round get about equal work (rows x
+    longest length), not equal rows; larger batches and other in-flight counts keep
+    their fixed sub-batches, and the results are those of one batch."""
+    sentences = ["one"] * 7 + [" ".join(["two"] * 20)] + ["three four"] * 8
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(sentences))
+    whole = _sub_batch_search(tiny, "greedy")(ragged.to_tensor(), 0)
+    # Sorted lengths: 7 rows of 3 tokens, 8 of 4, one of 22. Equal rows would be
+    # 8 x 4 and 8 x 22 tokens; by work, 14 x 4 (56) and 2 x 22 (44).
+    for kwargs, sizes in (
+        ({"sub_batch_size": 64, "in_flight": 2}, [(14, 4), (2, 22)]),
+        ({"sub_batch_size": 8, "in_flight": 2}, [(4, 3), (4, 4), (4, 4), (4, 22)]),
+        ({"sub_batch_size": 64, "in_flight": 4}, [(4, 3), (4, 4), (4, 4), (4, 22)]),
+    ):
+        seen = []
+        search = _sub_batch_search(tiny, "greedy", seen)
+        parts = decoding.in_sub_batches(
+            search, ragged, steps=MAX_LENGTH, balance_lengths=True, **kwargs
+        )
+        assert seen == sizes
+        np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
+        np.testing.assert_array_equal(parts.lengths.numpy(), whole.lengths.numpy())
+    traced = tf.function(
+        lambda ids: decoding.in_sub_batches(
+            _sub_batch_search(tiny, "greedy"), ids, 64, MAX_LENGTH, 2, balance_lengths=True
+        )
+    )
+    np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
+    for rows in (0, 1, 2):
+        result = traced(ragged[:rows])
+        np.testing.assert_array_equal(result.tokens.numpy(), whole.tokens.numpy()[:rows])
+
+
+def test_the_two_way_split_minimizes_the_larger_work():
+    rng = np.random.default_rng(0)
+    for rows in (2, 3, 17, 64):
+        for _ in range(20):
+            lengths = np.sort(rng.integers(0, 60, size=rows))
+            bounds = decoding._two_way_split(tf.constant(lengths)).numpy()
+            assert bounds[0] == 0 and bounds[2] == rows and 1 <= bounds[1] < rows
+
+            def work(k, lengths=lengths, rows=rows):
+                return max(lengths[k - 1] * k, lengths[-1] * (rows - k))
+
+            assert work(bounds[1]) == min(work(k) for k in range(1, rows))
+
+
 def test_a_long_row_pads_only_its_own_sub_batch(tiny):
     """Rows are sorted by length: the long row shares its sub-batch with the next longest
     rows, and every other sub-batch is as narrow as its own rows."""
