@@ -16,10 +16,10 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~540 lines: the three searches share one loop
+Why one module of ~580 lines: the three searches share one loop
 (`_token_search`, the buffers, the row limits, the state's loop invariants and
 `DecodeResult`), and beam search is its one variant with state of its own;
-`in_sub_batches` (with `rows_per_search`) is the searches' one caller-facing
+`in_sub_batches` (with `rows_per_search`, `_two_way_split`) is the searches' one caller-facing
 wrapper, and `fixed_shapes` is one switch passed through every search to the
 model's state. Split apart, each file would import the same private helpers
 from the other. The decoder's own step moved out to `decoder_step.py` (the
