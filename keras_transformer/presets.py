@@ -47,7 +47,9 @@ PRESETS = {
     # after 2 epochs and 0.62 after 16 (README, "Measured quality"). The learning rate
     # cools to zero over the last fifth of the run: on Multi30k, two runs alike but for
     # that, 13 epochs each, scored validation BLEU 37.58 against 36.74 (beam 5). The last
-    # 5 epochs are kept for averaging, which validation weighs against the last one.
+    # 5 epochs are kept for averaging, which validation weighs against the last one. A
+    # joint vocabulary of 4,000 trained 40% more target tokens a second than 8,000 (14
+    # epochs against 11 in an hour) but scored lower on validation (beam 36.63 against 37.01).
     "small": {
         "tokenizer": "sentencepiece",
         "subword_model": "unigram",
