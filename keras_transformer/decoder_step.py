@@ -12,7 +12,8 @@ per source, the source mask turned into an additive bias once. A step is then ab
 sixty nodes per layer, and its self-attention reads a cache that grows by one
 position a step (the positions decoded so far, never `max_length` slots), or,
 for a loop that XLA compiles (which needs fixed shapes), a cache of every slot
-written in place.
+written in place. Attention takes one of two forms (`_attend`), which the
+searches choose by their row count.
 
 The Keras layers stay the reference (`Decoder.decode_step`, the training path);
 tests/test_decoder_step.py holds this step to them (same logits within float
@@ -170,30 +171,38 @@ def _heads(x, heads: int, head_size: int):
     return tf.reshape(x, [-1, heads, 1, head_size])
 
 
-def _attend(query, key, value, width: int, bias=None):
+def _attend(query, key, value, width: int, bias=None, matmul: bool = False):
     """One query per row and head over `key` `(rows, heads, keys, head_size)` and
-    `value` `(rows, heads, head_size, keys)`.
+    `value` `(rows, heads, head_size, keys)`; `bias` `(rows, 1, keys)` or `(keys,)`.
 
-    Written as broadcast products and sums rather than batched matmuls and
-    `tf.nn.softmax`: with one query those are tiny, and TensorFlow's oneDNN
-    kernels (on by default on x86) spend more time setting up each call than
-    computing, more so as the self-attention cache changes shape every step.
-    Both sums run over the last axis (values are kept transposed for that).
-    The price: each product is a `(rows, heads, keys, head_size)` temporary,
-    rows x d_model x keys values (4 MB for 64 rows, d_model 128, a 128-token
-    source; beam 4 and d_model 512 make it 64 MB), where a matmul needs none;
-    at 64 rows and beam 4 the matmul form was 25% faster (benchmarks/README.md).
+    Two forms of the same math. Broadcast products and sums (the default) suit few
+    rows: a batched matmul at one query per row costs more to set up than to run,
+    under oneDNN's kernels (on by default on the AVX-512 machine measured) 0.7x the one-row speed.
+    Batched matmuls (`matmul=True`) suit many rows: on Eigen's kernels (the default
+    on AVX2) they were 10-20% faster at 64 rows, as each broadcast product is a
+    `(rows, heads, keys, head_size)` temporary that a matmul never forms
+    (benchmarks/README.md). The searches choose by a search's row count.
+    Values are kept transposed so that both forms read the caches as they are.
     """
-    scores = tf.cast(tf.reduce_sum(query * key, axis=-1), tf.float32)  # (rows, heads, keys)
+    if matmul:
+        scores = tf.matmul(query, key, transpose_b=True)  # (rows, heads, 1, keys)
+        if bias is not None and bias.shape.rank == 3:
+            bias = bias[:, :, None, :]
+    else:
+        scores = tf.reduce_sum(query * key, axis=-1)  # (rows, heads, keys)
+    scores = tf.cast(scores, tf.float32)
     if bias is not None:
         scores += bias
     scores = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
     weights = tf.cast(scores / tf.reduce_sum(scores, axis=-1, keepdims=True), value.dtype)
-    output = tf.reduce_sum(weights[:, :, None, :] * value, axis=-1)  # (rows, heads, head_size)
+    if matmul:
+        output = tf.matmul(weights, value, transpose_b=True)  # (rows, heads, 1, head_size)
+    else:
+        output = tf.reduce_sum(weights[:, :, None, :] * value, axis=-1)  # (rows, heads, head_size)
     return tf.reshape(output, [-1, width])
 
 
-def step(model, weights, token_ids, index, state):
+def step(model, weights, token_ids, index, state, matmul_attention: bool = False):
     """Logits `(rows, target_vocab_size)` for the token after `token_ids` at `index`.
 
     Args:
@@ -203,6 +212,8 @@ def step(model, weights, token_ids, index, state):
         state: from `start` or the previous step; returned with each layer's
             self-attention cache one position longer (or, of fixed size,
             written at `index`).
+        matmul_attention: attention as batched matmuls rather than broadcast
+            products (`_attend`); the same results.
     """
     heads, head_size = model.num_heads, model.d_model // model.num_heads
     width = model.d_model
@@ -252,7 +263,12 @@ def step(model, weights, token_ids, index, state):
         )
         caches.append((key_cache, value_cache))
         attended = _attend(
-            _heads(query, heads, head_size), key_cache, value_cache, width, self_bias
+            _heads(query, heads, head_size),
+            key_cache,
+            value_cache,
+            width,
+            self_bias,
+            matmul_attention,
         )
         x = residual(
             x,
@@ -262,7 +278,9 @@ def step(model, weights, token_ids, index, state):
 
         h = sublayer_input(x, layer["cross_norm"])
         query = _heads(_dense(h, layer["cross_q_kernel"], layer["cross_q_bias"]), heads, head_size)
-        attended = _attend(query, cross_key, cross_value, width, state["cross_bias"])
+        attended = _attend(
+            query, cross_key, cross_value, width, state["cross_bias"], matmul_attention
+        )
         x = residual(
             x,
             _dense(attended, layer["cross_out_kernel"], layer["cross_out_bias"]),

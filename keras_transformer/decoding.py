@@ -16,9 +16,10 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~580 lines: the three searches share one loop
-(`_token_search`, the buffers, the row limits, the state's loop invariants and
-`DecodeResult`), and beam search is its one variant with state of its own;
+Why one module of ~610 lines: the three searches share one loop
+(`_token_search`, the buffers, the row limits, the state's loop invariants,
+the attention form chosen by rows and `DecodeResult`), and beam search is its
+one variant with state of its own;
 `in_sub_batches` (with `rows_per_search`, `_two_way_split`) is the searches' one caller-facing
 wrapper, and `fixed_shapes` is one switch passed through every search to the
 model's state. Split apart, each file would import the same private helpers
@@ -200,6 +201,24 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
     return max(1, int(sub_batch_size) // int(in_flight))
 
 
+# Rows a search decodes at once from which a step's attention runs as batched matmuls
+# (`decoder_step._attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
+# 0.7x under oneDNN's (benchmarks/README.md).
+MATMUL_ATTENTION_ROWS = 16
+
+
+def _attention_form_by_rows(rows, loop, choose: bool):
+    """`loop(matmul_attention)`, its attention form chosen by the search's row count.
+
+    The choice is made once, before the step loop: both loops are in the graph and
+    one runs. A `tf.cond` inside the step would cost every step its untaken branch.
+    `choose` False (the uncached path, or a loop for XLA) runs the broadcast form.
+    """
+    if not choose:
+        return loop(False)
+    return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
+
+
 def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
     """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
 
@@ -250,56 +269,63 @@ def _token_search(
     steps = decode_length(model, max_length)
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
-    tokens = _start_buffer([batch], steps)  # (batch, steps + 1)
+    start_tokens = _start_buffer([batch], steps)  # (batch, steps + 1)
     state = model.decoding_start(context_ids, steps, use_cache, fixed_shapes=fixed_shapes)
 
-    def cond(i, tokens, state, done, scores, lengths, logits_array):
-        return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
+    def loop(matmul_attention):
+        def cond(i, tokens, state, done, scores, lengths, logits_array):
+            return tf.logical_and(i < steps, tf.logical_not(tf.reduce_all(done)))
 
-    def body(i, tokens, state, done, scores, lengths, logits_array):
-        logits, state = model.decoding_step(tokens, i, state)
-        log_probs = tf.nn.log_softmax(logits, axis=-1)
-        ids = choose(logits, i)
-        if row_limits is not None:
-            ids = tf.where(i + 1 >= row_limits, tf.constant(END_ID, tf.int64), ids)
-        ids = tf.where(done, tf.constant(PAD_ID, tf.int64), ids)
-        token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
-        scores += tf.where(done, 0.0, token_log_prob)
-        lengths += tf.cast(tf.logical_not(done), tf.int32)
-        tokens = _write_column(tokens, i + 1, ids)
-        if stop_at_end:
-            done = tf.logical_or(done, tf.equal(ids, END_ID))
-        if return_logits:
-            logits_array = logits_array.write(i, logits)
-        return i + 1, tokens, state, done, scores, lengths, logits_array
+        def body(i, tokens, state, done, scores, lengths, logits_array):
+            logits, state = model.decoding_step(tokens, i, state, matmul_attention)
+            log_probs = tf.nn.log_softmax(logits, axis=-1)
+            ids = choose(logits, i)
+            if row_limits is not None:
+                ids = tf.where(i + 1 >= row_limits, tf.constant(END_ID, tf.int64), ids)
+            ids = tf.where(done, tf.constant(PAD_ID, tf.int64), ids)
+            token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
+            scores += tf.where(done, 0.0, token_log_prob)
+            lengths += tf.cast(tf.logical_not(done), tf.int32)
+            tokens = _write_column(tokens, i + 1, ids)
+            if stop_at_end:
+                done = tf.logical_or(done, tf.equal(ids, END_ID))
+            if return_logits:
+                logits_array = logits_array.write(i, logits)
+            return i + 1, tokens, state, done, scores, lengths, logits_array
 
-    logits_array = tf.TensorArray(
-        tf.float32, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, vocab])
+        logits_array = tf.TensorArray(
+            tf.float32, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, vocab])
+        )
+        loop_vars = (
+            tf.constant(0),
+            start_tokens,
+            state,
+            tf.zeros([batch], tf.bool),
+            tf.zeros([batch], tf.float32),
+            tf.zeros([batch], tf.int32),
+            logits_array,
+        )
+        # Row-indexed loop values keep their row count free: it is static when the
+        # caller's shapes are.
+        invariants = tuple(
+            None
+            if k in (0, 6)
+            else tf.nest.map_structure(_state_invariant, v)
+            if k == 2
+            else _free_leading_dims(v, 1)
+            for k, v in enumerate(loop_vars)
+        )
+        _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
+            cond, body, loop_vars, shape_invariants=invariants
+        )
+        if not return_logits:
+            return tokens, lengths, scores
+        return tokens, lengths, scores, tf.transpose(logits_array.stack(), [1, 0, 2])
+
+    tokens, lengths, scores, *logits = _attention_form_by_rows(
+        batch, loop, use_cache and not fixed_shapes
     )
-    loop_vars = (
-        tf.constant(0),
-        tokens,
-        state,
-        tf.zeros([batch], tf.bool),
-        tf.zeros([batch], tf.float32),
-        tf.zeros([batch], tf.int32),
-        logits_array,
-    )
-    # Row-indexed loop values keep their row count free: it is static when the
-    # caller's shapes are.
-    invariants = tuple(
-        None
-        if k in (0, 6)
-        else tf.nest.map_structure(_state_invariant, v)
-        if k == 2
-        else _free_leading_dims(v, 1)
-        for k, v in enumerate(loop_vars)
-    )
-    _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=invariants
-    )
-    logits = tf.transpose(logits_array.stack(), [1, 0, 2]) if return_logits else None
-    return DecodeResult(tokens[:, 1:], lengths, scores, logits)
+    return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
 
 
 def greedy_search(
@@ -491,64 +517,69 @@ def beam_search(
     )
     max_penalty = length_penalty(steps, length_penalty_alpha)
 
-    def cond(i, beams, state):
-        # The best an unfinished hypothesis can reach: its log-probability can
-        # only fall, and the penalty grows at most to its value at max length.
-        best_alive = beams.alive_log_prob[:, 0] / max_penalty
-        all_done = tf.reduce_all(beams.finished_score[:, 0] >= best_alive)
-        return tf.logical_and(i < steps, tf.logical_not(all_done))
+    def loop(matmul_attention):
+        def cond(i, beams, state):
+            # The best an unfinished hypothesis can reach: its log-probability can
+            # only fall, and the penalty grows at most to its value at max length.
+            best_alive = beams.alive_log_prob[:, 0] / max_penalty
+            all_done = tf.reduce_all(beams.finished_score[:, 0] >= best_alive)
+            return tf.logical_and(i < steps, tf.logical_not(all_done))
 
-    def body(i, beams, state):
-        tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
-        logits, state = model.decoding_step(tokens, i, state)
-        # The loop's state has no static shapes; the candidates' selection needs the vocabulary's.
-        logits = tf.ensure_shape(logits, [None, vocab])
-        # At its limit a row may only end: every other token is ruled out.
-        must_end = None if row_limits is None else i + 1 >= row_limits
-        # 2 * width candidates leave `width` unfinished ones even if `width` end here.
-        top_log_prob, parent, token = candidates.best_candidates(
-            logits, beams.alive_log_prob, 2 * width, must_end
-        )
-        seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
-        ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
+        def body(i, beams, state):
+            tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
+            logits, state = model.decoding_step(tokens, i, state, matmul_attention)
+            # The loop's state has no static shapes; the candidates' selection needs
+            # the vocabulary's.
+            logits = tf.ensure_shape(logits, [None, vocab])
+            # At its limit a row may only end: every other token is ruled out.
+            must_end = None if row_limits is None else i + 1 >= row_limits
+            # 2 * width candidates leave `width` unfinished ones even if `width` end here.
+            top_log_prob, parent, token = candidates.best_candidates(
+                logits, beams.alive_log_prob, 2 * width, must_end
+            )
+            seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
+            ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
 
-        alive_log_prob, alive_seq, alive_parent = _top(
-            tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
-        )
-        rows = tf.reshape(alive_parent + tf.range(batch)[:, None] * width, [-1])
-        state = model.reorder_decoding_state(state, rows)
+            alive_log_prob, alive_seq, alive_parent = _top(
+                tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
+            )
+            rows = tf.reshape(alive_parent + tf.range(batch)[:, None] * width, [-1])
+            state = model.reorder_decoding_state(state, rows)
 
-        length = i + 1
-        end_score = tf.where(
-            ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
-        )
-        finished_score, finished_seq, finished_log_prob, finished_length = _top(
-            tf.concat([beams.finished_score, end_score], axis=1),
-            width,
-            tf.concat([beams.finished_seq, seqs], axis=1),
-            tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
-            tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
-        )
-        beams = _Beams(
-            alive_seq,
-            alive_log_prob,
-            finished_seq,
-            finished_score,
-            finished_log_prob,
-            finished_length,
-        )
-        return i + 1, beams, state
+            length = i + 1
+            end_score = tf.where(
+                ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
+            )
+            finished_score, finished_seq, finished_log_prob, finished_length = _top(
+                tf.concat([beams.finished_score, end_score], axis=1),
+                width,
+                tf.concat([beams.finished_seq, seqs], axis=1),
+                tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
+                tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
+            )
+            beams = _Beams(
+                alive_seq,
+                alive_log_prob,
+                finished_seq,
+                finished_score,
+                finished_log_prob,
+                finished_length,
+            )
+            return i + 1, beams, state
 
-    beams = _Beams.start(batch, width, steps)
-    # The beam axis is dynamic when `beam_width` is a tensor.
-    invariants = (
-        tf.TensorShape([]),
-        tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
-        tf.nest.map_structure(_state_invariant, state),
-    )
-    i, beams, _ = tf.while_loop(
-        cond, body, (tf.constant(0), beams, state), shape_invariants=invariants
-    )
+        beams = _Beams.start(batch, width, steps)
+        # The beam axis is dynamic when `beam_width` is a tensor.
+        invariants = (
+            tf.TensorShape([]),
+            tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
+            tf.nest.map_structure(_state_invariant, state),
+        )
+        i, beams, _ = tf.while_loop(
+            cond, body, (tf.constant(0), beams, state), shape_invariants=invariants
+        )
+        return i, beams
+
+    i, beams = _attention_form_by_rows(batch * width, loop, use_cache and not fixed_shapes)
     # A row whose hypotheses all ran to max length has no finished one: take
     # the best unfinished hypothesis when it ranks above the best finished one.
     alive_score = beams.alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)

@@ -232,7 +232,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
         )
         return {"weights": decoder_step.prepare(self), **state}
 
-    def decoding_step(self, tokens, index, state):
+    def decoding_step(self, tokens, index, state, matmul_attention=False):
         """Logits for the token after position `index`, and the next state.
 
         Args:
@@ -241,6 +241,9 @@ class Transformer(BlockOptionsMixin, keras.Model):
             index: int scalar, the position of the newest token; below the
                 model's `max_length` (the searches stop there, `decode_length`).
             state: from `decoding_start` or the previous step.
+            matmul_attention: cached, attention as batched matmuls rather than
+                broadcast products (`decoder_step._attend`): faster for many
+                rows, slower for few; the same results.
 
         Returns:
             `(logits, state)`: float32 logits `(hypotheses, target_vocab_size)`.
@@ -248,7 +251,9 @@ class Transformer(BlockOptionsMixin, keras.Model):
         if "context_ids" in state:
             logits = self((state["context_ids"], tokens[:, : index + 1]), training=False)
             return logits[:, -1, :], state
-        return decoder_step.step(self, state["weights"], tokens[:, index], index, state)
+        return decoder_step.step(
+            self, state["weights"], tokens[:, index], index, state, matmul_attention
+        )
 
     def reorder_decoding_state(self, state, rows):
         """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""

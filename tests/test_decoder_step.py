@@ -47,15 +47,17 @@ def model_of(variant, **overrides):
     return model
 
 
+@pytest.mark.parametrize("matmul_attention", [False, True], ids=["broadcast", "matmul"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_step_logits_equal_the_full_model(variant):
+def test_step_logits_equal_the_full_model(variant, matmul_attention):
     """Teacher-forced, position by position: the step's logits are the model's logits
-    at that position, the cache one position longer after each step."""
+    at that position, the cache one position longer after each step; with either
+    form of the attention."""
     model = model_of(variant)
     full = model((SOURCE, TARGET), training=False).numpy()
     state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
     for t in range(TARGET.shape[1]):
-        logits, state = model.decoding_step(tf.constant(TARGET), t, state)
+        logits, state = model.decoding_step(tf.constant(TARGET), t, state, matmul_attention)
         real = TARGET[:, t] != 0  # the full model masks the padded target positions
         np.testing.assert_allclose(
             logits.numpy()[real], full[real, t], atol=1e-5, err_msg=f"step {t}"
@@ -147,6 +149,50 @@ def test_traced_beam_with_a_dynamic_width_equals_uncached():
         tokens, reference, scores, reference_scores = beam(tf.constant(SOURCE), tf.constant(width))
         np.testing.assert_array_equal(tokens.numpy(), reference.numpy())
         np.testing.assert_allclose(scores.numpy(), reference_scores.numpy(), atol=1e-5)
+
+
+def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkeypatch):
+    """From `MATMUL_ATTENTION_ROWS` rows a search (greedy: sources; beam: sources x
+    width) attends with matmuls, below with broadcast products; a batch that crosses
+    the line decodes each row as the rows decoded apart do."""
+    model = model_of("pre-LN, tied")
+    forms = []
+    attend = decoder_step._attend
+
+    def spy(*args, **kwargs):
+        forms.append(kwargs.get("matmul", args[5] if len(args) > 5 else False))
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(decoder_step, "_attend", spy)
+    threshold = decoding.MATMUL_ATTENTION_ROWS
+    rows = np.resize(SOURCE, (threshold + 1, SOURCE.shape[1]))
+    rows[:, 1] = np.arange(len(rows)) % (VOCAB - 4) + 4  # rows that differ
+
+    def used(search):
+        forms.clear()
+        result = search()
+        assert len(set(forms)) == 1, forms
+        return forms[0], result
+
+    matmul, greedy = used(lambda: decoding.greedy_search(model, rows[:threshold], 10))
+    broadcast, part = used(lambda: decoding.greedy_search(model, rows[: threshold - 1], 10))
+    assert matmul and not broadcast
+    np.testing.assert_array_equal(greedy.tokens.numpy()[:-1], part.tokens.numpy())
+    np.testing.assert_allclose(greedy.scores.numpy()[:-1], part.scores.numpy(), atol=1e-5)
+
+    width = 4
+    sources = threshold // width
+    matmul, whole = used(lambda: decoding.beam_search(model, rows[:sources], width, 10))
+    broadcast, part = used(lambda: decoding.beam_search(model, rows[: sources - 1], width, 10))
+    assert matmul and not broadcast
+    np.testing.assert_array_equal(whole.tokens.numpy()[:-1], part.tokens.numpy())
+    np.testing.assert_allclose(whole.scores.numpy()[:-1], part.scores.numpy(), atol=1e-5)
+    # A loop for XLA (fixed shapes) keeps the broadcast form at any row count.
+    broadcast, fixed = used(
+        lambda: decoding.greedy_search(model, rows[:threshold], 10, fixed_shapes=True)
+    )
+    assert not broadcast
+    np.testing.assert_array_equal(fixed.tokens.numpy(), greedy.tokens.numpy())
 
 
 def test_the_step_reads_no_variable_and_moves_no_cache_in_the_loop():
