@@ -207,14 +207,15 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
 MATMUL_ATTENTION_ROWS = 16
 
 
-def _attention_form_by_rows(rows, loop, choose: bool):
+def _attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
     """`loop(matmul_attention)`, its attention form chosen by the search's row count.
 
     The choice is made once, before the step loop: both loops are in the graph and
     one runs. A `tf.cond` inside the step would cost every step its untaken branch.
-    `choose` False (the uncached path, or a loop for XLA) runs the broadcast form.
+    The uncached path and a loop for XLA (`cached_and_dynamic` False) run the
+    broadcast form alone.
     """
-    if not choose:
+    if not cached_and_dynamic:
         return loop(False)
     return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
 
