@@ -5,7 +5,8 @@
 
 1. Ops per step: the nodes of the search loop's body in the signature's graph, by op
    type. The body of the innermost `while` loop is one decoding step (the loop around
-   it walks the sub-batches).
+   it walks the sub-batches); of a search's two step loops, one per attention form,
+   the larger is counted.
 2. Time per op kind: one call on the first `--sentences` sentences as one batch,
    traced by TensorFlow's profiler (host tracer); self time summed by op type over the
    call (the profiler's framework_op_stats), with the number of executions. Tracing
@@ -29,17 +30,44 @@ LOOP_OPS = {"While", "StatelessWhile"}
 FREE_OPS = {"Const", "Identity", "IdentityN", "NoOp", "_Arg", "_Retval"}
 
 
+def _called_functions(node) -> list[str]:
+    """Names of the functions a node runs: a loop's cond and body, a conditional's
+    branches, a call's function."""
+    names = []
+    for value in node.attr.values():
+        if value.HasField("func"):
+            names.append(value.func.name)
+        names.extend(f.name for f in value.list.func)
+    return names
+
+
 def step_ops(signature) -> collections.Counter:
-    """Op types of the innermost while-loop body in `signature`'s graph."""
+    """Op types of the innermost while-loop body in `signature`'s graph: a loop body
+    that runs no loop itself, directly or through the functions it calls (a search's
+    step loops sit in the branches of a conditional, inside the sub-batch loop). Of
+    several, the largest: a search traces one step loop per attention form."""
     graph_def = signature.graph.as_graph_def()
     library = {f.signature.name: f for f in graph_def.library.function}
+    runs_loop: dict[str, bool] = {}
 
-    def loops(nodes):
-        return [n for n in nodes if n.op in LOOP_OPS]
+    def has_loop(name: str) -> bool:
+        if name not in runs_loop:
+            runs_loop[name] = False  # a recursive reference adds no loop
+            runs_loop[name] = any(
+                node.op in LOOP_OPS or any(has_loop(f) for f in _called_functions(node))
+                for node in library[name].node_def
+                if node.op in LOOP_OPS or _called_functions(node)
+            )
+        return runs_loop[name]
 
     node_lists = [graph_def.node] + [f.node_def for f in library.values()]
-    bodies = [library[node.attr["body"].func.name] for nodes in node_lists for node in loops(nodes)]
-    innermost = [body for body in bodies if not loops(body.node_def)]
+    bodies = [
+        library[node.attr["body"].func.name]
+        for nodes in node_lists
+        for node in nodes
+        if node.op in LOOP_OPS
+    ]
+    innermost = [body for body in bodies if not has_loop(body.signature.name)]
     if not innermost:
         raise SystemExit("profile_decode.py: no while loop in this signature")
     body = max(innermost, key=lambda f: len(f.node_def))

@@ -210,3 +210,22 @@ def test_the_step_reads_no_variable_and_moves_no_cache_in_the_loop():
     # Two self-attention caches (key, value) per layer grow by one position.
     assert ops["ConcatV2"] == 2 * model.num_layers
     assert ops["MatMul"] == 6 * model.num_layers + 1  # + the vocabulary projection
+
+
+def test_step_ops_finds_the_step_loop_inside_the_sub_batch_loop():
+    """As in an export: the search's two step loops sit in a conditional's branches
+    inside the sub-batch loop, whose own body (which runs the encoder, reading its
+    variables) is not a step."""
+    model = model_of("post-LN, own projection")
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    def translate(source):
+        def search(context_ids, index):
+            return decoding.greedy_search(model, context_ids, 8)
+
+        return decoding.in_sub_batches(search, source, sub_batch_size=4, steps=8).tokens
+
+    ops = step_ops(translate.get_concrete_function())
+    assert ops["ReadVariableOp"] == 0
+    assert ops["ConcatV2"] == 2 * model.num_layers
+    assert ops["MatMul"] == 6 * model.num_layers + 1
