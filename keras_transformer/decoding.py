@@ -17,15 +17,15 @@ that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
 Why one module of ~610 lines: the three searches share one loop
-(`_token_search`, the buffers, the row limits, the state's loop invariants,
-the attention form chosen by rows and `DecodeResult`), and beam search is its
-one variant with state of its own;
-`in_sub_batches` (with `rows_per_search`, `_two_way_split`) is the searches' one caller-facing
-wrapper, and `fixed_shapes` is one switch passed through every search to the
-model's state. Split apart, each file would import the same private helpers
-from the other. The decoder's own step moved out to `decoder_step.py` (the
-model's side of the step interface); if a fourth search grows this file, beam
-search (`_Beams`, `beam_search`) is the piece to move into a module of its own.
+(`_token_search`, the buffers, the row limits, the state's loop invariants, the
+attention form chosen by rows and `DecodeResult`), and beam search is its one
+variant with state of its own; `in_sub_batches` (with `rows_per_search`,
+`_two_way_split`) is the searches' one caller-facing wrapper, and `fixed_shapes`
+is one switch passed through every search to the model's state. Split apart,
+each file would import the same private helpers from the other. The decoder's
+own step moved out to `decoder_step.py` (the model's side of the step
+interface); if a fourth search grows this file, beam search (`_Beams`,
+`beam_search`) is the piece to move into a module of its own.
 """
 
 from __future__ import annotations
