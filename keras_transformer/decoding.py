@@ -6,7 +6,8 @@ number of rows at a time. The searches see the model only through its step inter
 `decoding_start` (the source encoded once, cross-attention keys/values
 projected once, empty self-attention caches), `decoding_step` (the newest
 token in, the next token's logits out, its keys/values appended to a cache
-that grows a position a step) and `reorder_decoding_state` (beam search).
+that grows a position a step), `reorder_decoding_state` (beam search) and
+`keep_decoding_rows` (greedy search over many rows, which drops the rows that ended).
 
 Only TensorFlow ops are used (no XLA-only ops), so the searches can be
 exported in a SavedModel that the stock TF Serving model server runs; with
@@ -16,7 +17,7 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~610 lines: the three searches share one loop
+Why one module of ~680 lines: the three searches share one loop
 (`_token_search`, the buffers, the row limits, the state's loop invariants, the
 attention form chosen by rows and `DecodeResult`), and beam search is its one
 variant with state of its own; `in_sub_batches` (with `rows_per_search`,
@@ -203,7 +204,8 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls
 # (`decoder_step._attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
-# 0.7x under oneDNN's (benchmarks/README.md).
+# 0.7x under oneDNN's (benchmarks/README.md). From as many rows greedy search also
+# drops the rows that ended from its loop (`_token_search`'s `live_rows_loop`).
 MATMUL_ATTENTION_ROWS = 16
 
 
@@ -261,10 +263,14 @@ def _token_search(
     return_logits: bool,
     row_limits=None,
     fixed_shapes: bool = False,
+    drop_ended_rows: bool = False,
 ) -> DecodeResult:
     """One token per row per step, chosen by `choose(logits, step) -> int64 ids`.
 
     A row whose `row_limits` entry is reached gets [END] as its last token.
+    With `drop_ended_rows`, a search of many rows (the matmul form's) steps only the
+    rows still decoding: `choose` must pick each row's token from its logits alone
+    (greedy), as rows change places when others leave.
     """
     context_ids = tf.convert_to_tensor(context_ids)
     steps = decode_length(model, max_length)
@@ -323,8 +329,70 @@ def _token_search(
             return tokens, lengths, scores
         return tokens, lengths, scores, tf.transpose(logits_array.stack(), [1, 0, 2])
 
+    def live_rows_loop(matmul_attention):
+        """The loop over the rows still decoding: a row leaves the state at its [END].
+
+        A search steps its rows until the longest ends: at 64 sentences a call, 40%
+        of greedy's row-steps decoded rows that had ended (benchmarks/ended_rows.py).
+        Leaving costs a gather of the state, on the steps where rows end; a row's
+        token, score and length go to its own place in the full-batch buffers.
+        """
+
+        def cond(i, tokens, state, live, scores, lengths):
+            return tf.logical_and(i < steps, tf.size(live) > 0)
+
+        def body(i, tokens, state, live, scores, lengths):
+            logits, state = model.decoding_step(tf.gather(tokens, live), i, state, matmul_attention)
+            ids = choose(logits, i)
+            if row_limits is not None:
+                ids = tf.where(
+                    i + 1 >= tf.gather(row_limits, live), tf.constant(END_ID, tf.int64), ids
+                )
+            token_log_prob = tf.gather(tf.nn.log_softmax(logits, axis=-1), ids, batch_dims=1)
+
+            def to_all_rows(values):  # 0 for the rows that ended
+                return tf.scatter_nd(live[:, None], values, [batch])
+
+            scores += to_all_rows(token_log_prob)
+            lengths += to_all_rows(tf.ones_like(live))
+            tokens = _write_column(tokens, i + 1, to_all_rows(ids))
+            going = tf.not_equal(ids, END_ID)
+
+            def drop_ended():
+                kept = tf.where(going)[:, 0]
+                return model.keep_decoding_rows(state, kept), tf.gather(live, kept)
+
+            state, live = tf.cond(tf.reduce_all(going), lambda: (state, live), drop_ended)
+            return i + 1, tokens, state, live, scores, lengths
+
+        loop_vars = (
+            tf.constant(0),
+            start_tokens,
+            state,
+            tf.range(batch),
+            tf.zeros([batch], tf.float32),
+            tf.zeros([batch], tf.int32),
+        )
+        invariants = (
+            tf.TensorShape([]),
+            _free_leading_dims(start_tokens, 1),
+            tf.nest.map_structure(_state_invariant, state),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+        )
+        _, tokens, _, _, scores, lengths = tf.while_loop(
+            cond, body, loop_vars, shape_invariants=invariants
+        )
+        return tokens, lengths, scores
+
+    def loop_by_form(matmul_attention):
+        if drop_ended_rows and matmul_attention and stop_at_end and not return_logits:
+            return live_rows_loop(matmul_attention)
+        return loop(matmul_attention)
+
     tokens, lengths, scores, *logits = _attention_form_by_rows(
-        batch, loop, use_cache and not fixed_shapes
+        batch, loop_by_form, use_cache and not fixed_shapes
     )
     return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
 
@@ -367,6 +435,7 @@ def greedy_search(
         return_logits,
         row_limits,
         fixed_shapes,
+        drop_ended_rows=True,
     )
 
 

@@ -213,7 +213,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
                 to step (XLA's loops need that); same results.
 
         Returns:
-            A nest of tensors for `decoding_step` and `reorder_decoding_state`:
+            A nest of tensors for `decoding_step`, `reorder_decoding_state` and
+            `keep_decoding_rows`:
             the per-hypothesis ones (leading axis the hypothesis; the
             self-attention caches grow by a position a step) and, cached, the
             decoder's weights read once (`decoder_step.prepare`).
@@ -254,6 +255,17 @@ class Transformer(BlockOptionsMixin, keras.Model):
         return decoder_step.step(
             self, state["weights"], tokens[:, index], index, state, matmul_attention
         )
+
+    def keep_decoding_rows(self, state, rows):
+        """`state` for the hypotheses `rows` alone, in that order: every per-hypothesis
+        tensor, cross-attention's included (a search dropping rows that ended)."""
+        if "context_ids" in state:
+            return {**state, "context_ids": tf.gather(state["context_ids"], rows)}
+        kept = {
+            key: tf.nest.map_structure(lambda t: tf.gather(t, rows), state[key])
+            for key in ("self", "cross", "cross_bias")
+        }
+        return {**state, **kept}
 
     def reorder_decoding_state(self, state, rows):
         """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""

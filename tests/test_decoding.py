@@ -310,3 +310,35 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
     np.testing.assert_array_equal(result.tokens.numpy()[7], alone.tokens.numpy()[0])
     with pytest.raises(ValueError, match="sub_batch_size"):
         decoding.in_sub_batches(search, ragged, 0, MAX_LENGTH)
+
+
+def test_greedy_over_many_rows_drops_ended_rows_with_the_same_results(tiny, monkeypatch):
+    """From `MATMUL_ATTENTION_ROWS` rows, greedy search steps only the rows still
+    decoding; each row's tokens, length and score are those of a search that steps
+    every row to the end (the uncached one). Rows end at their [END] and at limits
+    of 1 to 8 tokens, so rows leave at many steps."""
+    model = tiny.model
+    rows = max(decoding.MATMUL_ATTENTION_ROWS, len(tiny.sentences))
+    context_ids = tf.constant(
+        np.resize(tiny.context_ids.numpy(), (rows, tiny.context_ids.shape[1]))
+    )
+    limits = tf.constant(np.arange(rows) % 9 + 1, tf.int32)
+    limits = tf.where(tf.range(rows) % 3 == 0, MAX_LENGTH, limits)  # some end at [END]
+    kept = []
+    keep = model.keep_decoding_rows
+
+    def spy(state, rows_kept):
+        kept.append(rows_kept)
+        return keep(state, rows_kept)
+
+    monkeypatch.setattr(model, "keep_decoding_rows", spy)
+    result = decoding.greedy_search(model, context_ids, MAX_LENGTH, row_limits=limits)
+    assert kept, "no row was dropped"
+    reference = decoding.greedy_search(
+        model, context_ids, MAX_LENGTH, use_cache=False, row_limits=limits
+    )
+    lengths = result.lengths.numpy()
+    assert len(set(lengths)) > 5 and np.any(lengths < limits.numpy())  # [END]s and limits
+    np.testing.assert_array_equal(result.tokens.numpy(), reference.tokens.numpy())
+    np.testing.assert_array_equal(lengths, reference.lengths.numpy())
+    np.testing.assert_allclose(result.scores.numpy(), reference.scores.numpy(), atol=1e-4)
