@@ -7,7 +7,7 @@ number of rows at a time. The searches see the model only through its step inter
 projected once, empty self-attention caches), `decoding_step` (the newest
 token in, the next token's logits out, its keys/values appended to a cache
 that grows a position a step), `reorder_decoding_state` (beam search) and
-`keep_decoding_rows` (greedy search over many rows, which drops the rows that ended).
+`keep_decoding_rows` (greedy and beam search over many rows drop the rows that ended).
 
 Only TensorFlow ops are used (no XLA-only ops), so the searches can be
 exported in a SavedModel that the stock TF Serving model server runs; with
@@ -17,7 +17,7 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~680 lines: the three searches share one loop
+Why one module of ~740 lines: the three searches share one loop
 (`_token_search`, the buffers, the row limits, the state's loop invariants, the
 attention form chosen by rows and `DecodeResult`), and beam search is its one
 variant with state of its own; `in_sub_batches` (with `rows_per_search`,
@@ -25,8 +25,9 @@ variant with state of its own; `in_sub_batches` (with `rows_per_search`,
 is one switch passed through every search to the model's state. Split apart,
 each file would import the same private helpers from the other. The decoder's
 own step moved out to `decoder_step.py` (the model's side of the step
-interface); if a fourth search grows this file, beam search (`_Beams`,
-`beam_search`) is the piece to move into a module of its own.
+interface); beam search (`_Beams`, `beam_search`, about 230 lines with its loop
+over the sentences still searching) is the piece to move into a module of its
+own when this file grows again.
 """
 
 from __future__ import annotations
@@ -204,8 +205,8 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls
 # (`decoder_step._attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
-# 0.7x under oneDNN's (benchmarks/README.md). From as many rows greedy search also
-# drops the rows that ended from its loop (`_token_search`'s `live_rows_loop`).
+# 0.7x under oneDNN's (benchmarks/README.md). From as many rows greedy and beam search
+# also drop the rows that ended from their loops (their `live_rows_loop`s).
 MATMUL_ATTENTION_ROWS = 16
 
 
@@ -587,55 +588,64 @@ def beam_search(
     )
     max_penalty = length_penalty(steps, length_penalty_alpha)
 
+    def done(beams):
+        """Per row: no unfinished hypothesis can beat the best finished one. The best
+        an unfinished one can reach: its log-probability can only fall, and the
+        penalty grows at most to its value at max length."""
+        return beams.finished_score[:, 0] >= beams.alive_log_prob[:, 0] / max_penalty
+
+    def advance(i, beams, state, limits, matmul_attention):
+        """One step of `beams`' rows: the new beams, the state (the step's, in the
+        old order) and the state's rows for the new order."""
+        rows_now = tf.shape(beams.alive_log_prob)[0]
+        tokens = tf.reshape(beams.alive_seq, [rows_now * width, steps + 1])
+        logits, state = model.decoding_step(tokens, i, state, matmul_attention)
+        # The loop's state has no static shapes; the candidates' selection needs
+        # the vocabulary's.
+        logits = tf.ensure_shape(logits, [None, vocab])
+        # At its limit a row may only end: every other token is ruled out.
+        must_end = None if limits is None else i + 1 >= limits
+        # 2 * width candidates leave `width` unfinished ones even if `width` end here.
+        top_log_prob, parent, token = candidates.best_candidates(
+            logits, beams.alive_log_prob, 2 * width, must_end
+        )
+        seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
+        ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
+
+        alive_log_prob, alive_seq, alive_parent = _top(
+            tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
+        )
+        rows = tf.reshape(alive_parent + tf.range(rows_now)[:, None] * width, [-1])
+
+        length = i + 1
+        end_score = tf.where(
+            ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
+        )
+        finished_score, finished_seq, finished_log_prob, finished_length = _top(
+            tf.concat([beams.finished_score, end_score], axis=1),
+            width,
+            tf.concat([beams.finished_seq, seqs], axis=1),
+            tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
+            tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
+        )
+        beams = _Beams(
+            alive_seq,
+            alive_log_prob,
+            finished_seq,
+            finished_score,
+            finished_log_prob,
+            finished_length,
+        )
+        return beams, state, rows
+
     def loop(matmul_attention):
         def cond(i, beams, state):
-            # The best an unfinished hypothesis can reach: its log-probability can
-            # only fall, and the penalty grows at most to its value at max length.
-            best_alive = beams.alive_log_prob[:, 0] / max_penalty
-            all_done = tf.reduce_all(beams.finished_score[:, 0] >= best_alive)
+            all_done = tf.reduce_all(done(beams))
             return tf.logical_and(i < steps, tf.logical_not(all_done))
 
         def body(i, beams, state):
-            tokens = tf.reshape(beams.alive_seq, [batch * width, steps + 1])
-            logits, state = model.decoding_step(tokens, i, state, matmul_attention)
-            # The loop's state has no static shapes; the candidates' selection needs
-            # the vocabulary's.
-            logits = tf.ensure_shape(logits, [None, vocab])
-            # At its limit a row may only end: every other token is ruled out.
-            must_end = None if row_limits is None else i + 1 >= row_limits
-            # 2 * width candidates leave `width` unfinished ones even if `width` end here.
-            top_log_prob, parent, token = candidates.best_candidates(
-                logits, beams.alive_log_prob, 2 * width, must_end
-            )
-            seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
-            ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
-
-            alive_log_prob, alive_seq, alive_parent = _top(
-                tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
-            )
-            rows = tf.reshape(alive_parent + tf.range(batch)[:, None] * width, [-1])
-            state = model.reorder_decoding_state(state, rows)
-
-            length = i + 1
-            end_score = tf.where(
-                ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
-            )
-            finished_score, finished_seq, finished_log_prob, finished_length = _top(
-                tf.concat([beams.finished_score, end_score], axis=1),
-                width,
-                tf.concat([beams.finished_seq, seqs], axis=1),
-                tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
-                tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
-            )
-            beams = _Beams(
-                alive_seq,
-                alive_log_prob,
-                finished_seq,
-                finished_score,
-                finished_log_prob,
-                finished_length,
-            )
-            return i + 1, beams, state
+            beams, state, rows = advance(i, beams, state, row_limits, matmul_attention)
+            return i + 1, beams, model.reorder_decoding_state(state, rows)
 
         beams = _Beams.start(batch, width, steps)
         # The beam axis is dynamic when `beam_width` is a tensor.
@@ -649,7 +659,58 @@ def beam_search(
         )
         return i, beams
 
-    i, beams = _attention_form_by_rows(batch * width, loop, use_cache and not fixed_shapes)
+    def live_rows_loop(matmul_attention):
+        """The loop over the sentences still searching: a sentence whose best finished
+        hypothesis no unfinished one can beat leaves the state (its other
+        hypotheses would be stepped on for nothing); its beams keep their place
+        in the full-batch ones."""
+
+        def cond(i, beams, state, live):
+            return tf.logical_and(i < steps, tf.size(live) > 0)
+
+        def body(i, beams, state, live):
+            limits = None if row_limits is None else tf.gather(row_limits, live)
+            part = tf.nest.map_structure(lambda t: tf.gather(t, live), beams)
+            part, state, rows = advance(i, part, state, limits, matmul_attention)
+            beams = tf.nest.map_structure(
+                lambda whole, new: tf.tensor_scatter_nd_update(whole, live[:, None], new),
+                beams,
+                part,
+            )
+            going = tf.logical_not(done(part))
+
+            def drop_done():
+                kept = tf.where(going)[:, 0]
+                # Cross-attention's rows are alike within a sentence, so the reorder's
+                # rows serve it too.
+                kept_rows = tf.reshape(tf.gather(tf.reshape(rows, [-1, width]), kept), [-1])
+                return model.keep_decoding_rows(state, kept_rows), tf.gather(live, kept)
+
+            state, live = tf.cond(
+                tf.reduce_all(going),
+                lambda: (model.reorder_decoding_state(state, rows), live),
+                drop_done,
+            )
+            return i + 1, beams, state, live
+
+        beams = _Beams.start(batch, width, steps)
+        invariants = (
+            tf.TensorShape([]),
+            tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
+            tf.nest.map_structure(_state_invariant, state),
+            tf.TensorShape([None]),
+        )
+        i, beams, _, _ = tf.while_loop(
+            cond, body, (tf.constant(0), beams, state, tf.range(batch)), shape_invariants=invariants
+        )
+        return i, beams
+
+    def loop_by_form(matmul_attention):
+        if matmul_attention and stop_at_end:
+            return live_rows_loop(matmul_attention)
+        return loop(matmul_attention)
+
+    i, beams = _attention_form_by_rows(batch * width, loop_by_form, use_cache and not fixed_shapes)
     # A row whose hypotheses all ran to max length has no finished one: take
     # the best unfinished hypothesis when it ranks above the best finished one.
     alive_score = beams.alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)

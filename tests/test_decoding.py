@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.constants import END_ID
+from keras_transformer.constants import END_ID, PAD_ID
+from tests.helpers import tiny_transformer
 
 MAX_LENGTH = 16
 
@@ -312,16 +313,44 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
         decoding.in_sub_batches(search, ragged, 0, MAX_LENGTH)
 
 
-def test_greedy_over_many_rows_drops_ended_rows_with_the_same_results(tiny, monkeypatch):
+SEARCHES_OF_MANY_ROWS = {
+    "greedy": lambda model, ids, **kwargs: decoding.greedy_search(model, ids, MAX_LENGTH, **kwargs),
+    "beam": lambda model, ids, **kwargs: decoding.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
+}
+
+
+def _untrained_model():
+    """Random weights, whose beams change order more than a trained model's do. It
+    never predicts [PAD], as a trained model does not (the search would feed [PAD]
+    back, which the uncached search masks), nor [END], so rows end at their limits
+    (near-uniform, it would end every row at once)."""
+    model = tiny_transformer(vocab_size=30, seed=3)
+    bias = model.final_layer.bias.numpy()
+    bias[[PAD_ID, END_ID]] = -10.0
+    model.final_layer.bias.assign(bias)
+    return model
+
+
+@pytest.mark.parametrize("weights", ["trained", "untrained"])
+@pytest.mark.parametrize("search", sorted(SEARCHES_OF_MANY_ROWS))
+def test_searches_over_many_rows_drop_ended_rows_with_the_same_results(
+    tiny, monkeypatch, search, weights
+):
     """From `MATMUL_ATTENTION_ROWS` rows, greedy search steps only the rows still
-    decoding; each row's tokens, length and score are those of a search that steps
-    every row to the end (the uncached one). Rows end at their [END] and at limits
-    of 1 to 8 tokens, so rows leave at many steps."""
-    model = tiny.model
+    decoding and beam search only the sentences still searching; each row's tokens,
+    length and score are those of a search that steps every row to the end (the
+    uncached one). Rows end at limits of 1 to 8 tokens and (trained) at their [END],
+    so rows leave at many steps."""
+    run = SEARCHES_OF_MANY_ROWS[search]
     rows = max(decoding.MATMUL_ATTENTION_ROWS, len(tiny.sentences))
-    context_ids = tf.constant(
-        np.resize(tiny.context_ids.numpy(), (rows, tiny.context_ids.shape[1]))
-    )
+    if weights == "trained":
+        model = tiny.model
+        context_ids = tf.constant(
+            np.resize(tiny.context_ids.numpy(), (rows, tiny.context_ids.shape[1]))
+        )
+    else:
+        model = _untrained_model()
+        context_ids = tf.constant(np.random.default_rng(5).integers(4, 30, (rows, 7)))
     limits = tf.constant(np.arange(rows) % 9 + 1, tf.int32)
     limits = tf.where(tf.range(rows) % 3 == 0, MAX_LENGTH, limits)  # some end at [END]
     kept = []
@@ -332,13 +361,13 @@ def test_greedy_over_many_rows_drops_ended_rows_with_the_same_results(tiny, monk
         return keep(state, rows_kept)
 
     monkeypatch.setattr(model, "keep_decoding_rows", spy)
-    result = decoding.greedy_search(model, context_ids, MAX_LENGTH, row_limits=limits)
+    result = run(model, context_ids, row_limits=limits)
     assert kept, "no row was dropped"
-    reference = decoding.greedy_search(
-        model, context_ids, MAX_LENGTH, use_cache=False, row_limits=limits
-    )
+    reference = run(model, context_ids, use_cache=False, row_limits=limits)
     lengths = result.lengths.numpy()
-    assert len(set(lengths)) > 5 and np.any(lengths < limits.numpy())  # [END]s and limits
+    assert len(set(lengths)) > 5  # rows leave at many steps
+    if weights == "trained":
+        assert np.any(lengths < limits.numpy())  # some at their [END]
     np.testing.assert_array_equal(result.tokens.numpy(), reference.tokens.numpy())
     np.testing.assert_array_equal(lengths, reference.lengths.numpy())
     np.testing.assert_allclose(result.scores.numpy(), reference.scores.numpy(), atol=1e-4)
