@@ -25,7 +25,7 @@ variant with state of its own; `in_sub_batches` (with `rows_per_search`,
 is one switch passed through every search to the model's state. Split apart,
 each file would import the same private helpers from the other. The decoder's
 own step moved out to `decoder_step.py` (the model's side of the step
-interface); beam search (`_Beams`, `beam_search`, about 230 lines with its loop
+interface); beam search (`_Beams`, `beam_search`, about 215 lines with its loop
 over the sentences still searching) is the piece to move into a module of its
 own when this file grows again.
 """
