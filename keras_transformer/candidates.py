@@ -1,7 +1,7 @@
 """Beam search's choice of continuations, without a selection over every token.
 
 A beam search step keeps the best of each row's `width * vocab` continuations
-(`decoding.beam_search`). Written directly (log-softmax over the vocabulary, the
+(`beam.beam_search`). Written directly (log-softmax over the vocabulary, the
 hypotheses' log-probabilities added, one top-k over all of it), that is several
 passes over `(rows * width, vocab)` values and a selection over all of them, each
 step. Here the same candidates, ties broken the same way, come from each

@@ -1,6 +1,7 @@
-"""In-graph search over the decoder's key/value cache: greedy, beam search, sampling.
+"""In-graph search over the decoder's key/value cache: greedy and sampling, and the
+loop machinery that beam search (`beam.py`) shares.
 
-Every search here runs as one `tf.while_loop`, batched, with each row stopping
+Every search runs as one `tf.while_loop`, batched, with each row stopping
 at its own [END]; `in_sub_batches` runs a search over a large batch a bounded
 number of rows at a time. The searches see the model only through its step interface:
 `decoding_start` (the source encoded once, cross-attention keys/values
@@ -17,17 +18,13 @@ All results are `DecodeResult`s: generated ids after [START] (with the [END]
 that closed a row, padded with 0 after it), the number of generated tokens
 (the [END] counted), and the log-probability of those tokens under the model.
 
-Why one module of ~740 lines: the three searches share one loop
-(`_token_search`, the buffers, the row limits, the state's loop invariants, the
-attention form chosen by rows and `DecodeResult`), and beam search is its one
-variant with state of its own; `in_sub_batches` (with `rows_per_search`,
-`_two_way_split`) is the searches' one caller-facing wrapper, and `fixed_shapes`
-is one switch passed through every search to the model's state. Split apart,
-each file would import the same private helpers from the other. The decoder's
-own step moved out to `decoder_step.py` (the model's side of the step
-interface); beam search (`_Beams`, `beam_search`, about 215 lines with its loop
-over the sentences still searching) is the piece to move into a module of its
-own when this file grows again.
+Greedy search and sampling are one loop (`_token_search`) that differ in how a
+step chooses its token. What beam search uses from here is public:
+`DecodeResult`, `decode_length`, the token buffers (`start_buffer`,
+`write_column`), the loop invariants of the state (`state_invariant`,
+`free_leading_dims`) and the choice of attention form by rows
+(`attention_form_by_rows`). The dependency runs one way: this module does not
+import beam search.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer import candidates
 from keras_transformer.constants import END_ID, PAD_ID, START_ID
 
 
@@ -210,7 +206,7 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
 MATMUL_ATTENTION_ROWS = 16
 
 
-def _attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
+def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
     """`loop(matmul_attention)`, its attention form chosen by the search's row count.
 
     The choice is made once, before the step loop: both loops are in the graph and
@@ -236,18 +232,13 @@ def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
     return tf.clip_by_value(tf.cast(limits, tf.int32), 1, max_length)
 
 
-def length_penalty(length, alpha: float):
-    """GNMT length penalty (Wu et al., 2016): ((5 + length) / 6) ** alpha."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def _write_column(buffer, column, values):
+def write_column(buffer, column, values):
     """`buffer` (batch, width) with `values` (batch,) added at `column` (which holds 0)."""
     one_hot = tf.one_hot(column, tf.shape(buffer)[-1], dtype=buffer.dtype)
     return buffer + values[..., None] * one_hot
 
 
-def _start_buffer(batch_shape, length: int):
+def start_buffer(batch_shape, length: int):
     """int64 `batch_shape + (length + 1,)`: [START] then zeros."""
     start = tf.fill(tf.concat([batch_shape, [1]], 0), tf.constant(START_ID, tf.int64))
     rest = tf.zeros(tf.concat([batch_shape, [length]], 0), tf.int64)
@@ -277,7 +268,7 @@ def _token_search(
     steps = decode_length(model, max_length)
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
-    start_tokens = _start_buffer([batch], steps)  # (batch, steps + 1)
+    start_tokens = start_buffer([batch], steps)  # (batch, steps + 1)
     state = model.decoding_start(context_ids, steps, use_cache, fixed_shapes=fixed_shapes)
 
     def loop(matmul_attention):
@@ -294,7 +285,7 @@ def _token_search(
             token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
             scores += tf.where(done, 0.0, token_log_prob)
             lengths += tf.cast(tf.logical_not(done), tf.int32)
-            tokens = _write_column(tokens, i + 1, ids)
+            tokens = write_column(tokens, i + 1, ids)
             if stop_at_end:
                 done = tf.logical_or(done, tf.equal(ids, END_ID))
             if return_logits:
@@ -318,9 +309,9 @@ def _token_search(
         invariants = tuple(
             None
             if k in (0, 6)
-            else tf.nest.map_structure(_state_invariant, v)
+            else tf.nest.map_structure(state_invariant, v)
             if k == 2
-            else _free_leading_dims(v, 1)
+            else free_leading_dims(v, 1)
             for k, v in enumerate(loop_vars)
         )
         _, tokens, _, _, scores, lengths, logits_array = tf.while_loop(
@@ -356,7 +347,7 @@ def _token_search(
 
             scores += to_all_rows(token_log_prob)
             lengths += to_all_rows(tf.ones_like(live))
-            tokens = _write_column(tokens, i + 1, to_all_rows(ids))
+            tokens = write_column(tokens, i + 1, to_all_rows(ids))
             going = tf.not_equal(ids, END_ID)
 
             def drop_ended():
@@ -376,8 +367,8 @@ def _token_search(
         )
         invariants = (
             tf.TensorShape([]),
-            _free_leading_dims(start_tokens, 1),
-            tf.nest.map_structure(_state_invariant, state),
+            free_leading_dims(start_tokens, 1),
+            tf.nest.map_structure(state_invariant, state),
             tf.TensorShape([None]),
             tf.TensorShape([None]),
             tf.TensorShape([None]),
@@ -392,7 +383,7 @@ def _token_search(
             return live_rows_loop(matmul_attention)
         return loop(matmul_attention)
 
-    tokens, lengths, scores, *logits = _attention_form_by_rows(
+    tokens, lengths, scores, *logits = attention_form_by_rows(
         batch, loop_by_form, use_cache and not fixed_shapes
     )
     return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
@@ -506,229 +497,14 @@ def sample(
     )
 
 
-class _Beams(NamedTuple):
-    """Beam search's bookkeeping, `(batch, width, ...)` each.
-
-    alive_*: the `width` best hypotheses that have not ended, by log-probability.
-    finished_*: the `width` best that ended with [END], by penalized score.
-    """
-
-    alive_seq: tf.Tensor  # int64 (batch, width, steps + 1), [START] first
-    alive_log_prob: tf.Tensor  # float32 (batch, width)
-    finished_seq: tf.Tensor  # int64 (batch, width, steps + 1)
-    finished_score: tf.Tensor  # float32 (batch, width): log-probability / length penalty
-    finished_log_prob: tf.Tensor  # float32 (batch, width)
-    finished_length: tf.Tensor  # int32 (batch, width), [END] included
-
-    @classmethod
-    def start(cls, batch, width, steps: int) -> _Beams:
-        alive_seq = _start_buffer([batch, width], steps)
-        # Only beam 0 is live at first, so the first step does not pick one token `width` times.
-        first = tf.where(tf.range(width) == 0, 0.0, -math.inf)
-        return cls(
-            alive_seq=alive_seq,
-            alive_log_prob=tf.tile(first[None, :], [batch, 1]),
-            finished_seq=tf.zeros_like(alive_seq),
-            finished_score=tf.fill([batch, width], -math.inf),
-            finished_log_prob=tf.zeros([batch, width]),
-            finished_length=tf.zeros([batch, width], tf.int32),
-        )
-
-
-def _top(values, k, *gathered):
-    """The `k` largest `values` along the last axis, and `gathered` taken at the same places."""
-    top_values, index = tf.math.top_k(values, k=k)
-    return (top_values,) + tuple(tf.gather(g, index, batch_dims=1) for g in gathered)
-
-
-def beam_search(
-    model,
-    context_ids,
-    beam_width=4,
-    max_length: int | None = None,
-    length_penalty_alpha: float = 0.6,
-    stop_at_end: bool = True,
-    use_cache: bool = True,
-    row_limits=None,
-    fixed_shapes: bool = False,
-) -> DecodeResult:
-    """Beam search with the GNMT length penalty; returns the best hypothesis per row.
-
-    Hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha
-    (alpha 0: plain log-probability). Each step keeps the `beam_width` best
-    unfinished hypotheses; one that emits [END] joins the row's finished list.
-    A row stops when no unfinished hypothesis can still beat its best finished
-    one. The returned `scores` are plain log-probabilities.
-
-    Args:
-        model: a built `Transformer`.
-        context_ids: int `(batch, source_length)`.
-        beam_width: int or int32 scalar tensor (it may vary between calls of
-            one traced function).
-        max_length: most tokens to generate.
-        length_penalty_alpha: float. 0 disables the penalty.
-        stop_at_end: False treats [END] as an ordinary token and decodes
-            exactly `max_length` steps (benchmarks).
-        use_cache: False re-runs the encoder and the whole decoder prefix at
-            every step (the tutorial's way, for benchmarks); same result.
-        row_limits: optional int `(batch,)`, the most tokens each row may
-            generate: at its limit every hypothesis of the row must end ([END]).
-        fixed_shapes: as for `greedy_search`.
-    """
-    if isinstance(beam_width, int) and beam_width <= 0:
-        raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
-    context_ids = tf.convert_to_tensor(context_ids)
-    steps = decode_length(model, max_length)
-    width = tf.cast(beam_width, tf.int32)
-    vocab = model.target_vocab_size
-    batch = tf.shape(context_ids)[0]
-    # Hypothesis k of row b is row b * width + k of the state.
-    state = model.decoding_start(
-        context_ids, steps, use_cache, beam_width=width, fixed_shapes=fixed_shapes
-    )
-    max_penalty = length_penalty(steps, length_penalty_alpha)
-
-    def done(beams):
-        """Per row: no unfinished hypothesis can beat the best finished one. The best
-        an unfinished one can reach: its log-probability can only fall, and the
-        penalty grows at most to its value at max length."""
-        return beams.finished_score[:, 0] >= beams.alive_log_prob[:, 0] / max_penalty
-
-    def advance(i, beams, state, limits, matmul_attention):
-        """One step of `beams`' rows: the new beams, the state (the step's, in the
-        old order) and the state's rows for the new order."""
-        rows_now = tf.shape(beams.alive_log_prob)[0]
-        tokens = tf.reshape(beams.alive_seq, [rows_now * width, steps + 1])
-        logits, state = model.decoding_step(tokens, i, state, matmul_attention)
-        # The loop's state has no static shapes; the candidates' selection needs
-        # the vocabulary's.
-        logits = tf.ensure_shape(logits, [None, vocab])
-        # At its limit a row may only end: every other token is ruled out.
-        must_end = None if limits is None else i + 1 >= limits
-        # 2 * width candidates leave `width` unfinished ones even if `width` end here.
-        top_log_prob, parent, token = candidates.best_candidates(
-            logits, beams.alive_log_prob, 2 * width, must_end
-        )
-        seqs = _write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
-        ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
-
-        alive_log_prob, alive_seq, alive_parent = _top(
-            tf.where(ends, -math.inf, top_log_prob), width, seqs, parent
-        )
-        rows = tf.reshape(alive_parent + tf.range(rows_now)[:, None] * width, [-1])
-
-        length = i + 1
-        end_score = tf.where(
-            ends, top_log_prob / length_penalty(length, length_penalty_alpha), -math.inf
-        )
-        finished_score, finished_seq, finished_log_prob, finished_length = _top(
-            tf.concat([beams.finished_score, end_score], axis=1),
-            width,
-            tf.concat([beams.finished_seq, seqs], axis=1),
-            tf.concat([beams.finished_log_prob, top_log_prob], axis=1),
-            tf.concat([beams.finished_length, tf.fill(tf.shape(end_score), length)], axis=1),
-        )
-        beams = _Beams(
-            alive_seq,
-            alive_log_prob,
-            finished_seq,
-            finished_score,
-            finished_log_prob,
-            finished_length,
-        )
-        return beams, state, rows
-
-    def loop(matmul_attention):
-        def cond(i, beams, state):
-            all_done = tf.reduce_all(done(beams))
-            return tf.logical_and(i < steps, tf.logical_not(all_done))
-
-        def body(i, beams, state):
-            beams, state, rows = advance(i, beams, state, row_limits, matmul_attention)
-            return i + 1, beams, model.reorder_decoding_state(state, rows)
-
-        beams = _Beams.start(batch, width, steps)
-        # The beam axis is dynamic when `beam_width` is a tensor.
-        invariants = (
-            tf.TensorShape([]),
-            tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
-            tf.nest.map_structure(_state_invariant, state),
-        )
-        i, beams, _ = tf.while_loop(
-            cond, body, (tf.constant(0), beams, state), shape_invariants=invariants
-        )
-        return i, beams
-
-    def live_rows_loop(matmul_attention):
-        """The loop over the sentences still searching: a sentence whose best finished
-        hypothesis no unfinished one can beat leaves the state (its other
-        hypotheses would be stepped on for nothing); its beams keep their place
-        in the full-batch ones."""
-
-        def cond(i, beams, state, live):
-            return tf.logical_and(i < steps, tf.size(live) > 0)
-
-        def body(i, beams, state, live):
-            limits = None if row_limits is None else tf.gather(row_limits, live)
-            part = tf.nest.map_structure(lambda t: tf.gather(t, live), beams)
-            part, state, rows = advance(i, part, state, limits, matmul_attention)
-            beams = tf.nest.map_structure(
-                lambda whole, new: tf.tensor_scatter_nd_update(whole, live[:, None], new),
-                beams,
-                part,
-            )
-            going = tf.logical_not(done(part))
-
-            def drop_done():
-                kept = tf.where(going)[:, 0]
-                # Cross-attention's rows are alike within a sentence, so the reorder's
-                # rows serve it too.
-                kept_rows = tf.reshape(tf.gather(tf.reshape(rows, [-1, width]), kept), [-1])
-                return model.keep_decoding_rows(state, kept_rows), tf.gather(live, kept)
-
-            state, live = tf.cond(
-                tf.reduce_all(going),
-                lambda: (model.reorder_decoding_state(state, rows), live),
-                drop_done,
-            )
-            return i + 1, beams, state, live
-
-        beams = _Beams.start(batch, width, steps)
-        invariants = (
-            tf.TensorShape([]),
-            tf.nest.map_structure(lambda t: _free_leading_dims(t, 2), beams),
-            tf.nest.map_structure(_state_invariant, state),
-            tf.TensorShape([None]),
-        )
-        i, beams, _, _ = tf.while_loop(
-            cond, body, (tf.constant(0), beams, state, tf.range(batch)), shape_invariants=invariants
-        )
-        return i, beams
-
-    def loop_by_form(matmul_attention):
-        if matmul_attention and stop_at_end:
-            return live_rows_loop(matmul_attention)
-        return loop(matmul_attention)
-
-    i, beams = _attention_form_by_rows(batch * width, loop_by_form, use_cache and not fixed_shapes)
-    # A row whose hypotheses all ran to max length has no finished one: take
-    # the best unfinished hypothesis when it ranks above the best finished one.
-    alive_score = beams.alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)
-    use_alive = alive_score > beams.finished_score[:, 0]
-    tokens = tf.where(use_alive[:, None], beams.alive_seq[:, 0, 1:], beams.finished_seq[:, 0, 1:])
-    lengths = tf.where(use_alive, i, beams.finished_length[:, 0])
-    scores = tf.where(use_alive, beams.alive_log_prob[:, 0], beams.finished_log_prob[:, 0])
-    return DecodeResult(tokens, lengths, scores)
-
-
-def _free_leading_dims(tensor, count: int) -> tf.TensorShape:
+def free_leading_dims(tensor, count: int) -> tf.TensorShape:
     shape = tensor.shape
     if shape.rank is None or shape.rank < count:
         return shape
     return tf.TensorShape([None] * count + shape.as_list()[count:])
 
 
-def _state_invariant(tensor) -> tf.TensorShape:
+def state_invariant(tensor) -> tf.TensorShape:
     """A decoding state tensor's loop invariant: its rank only.
 
     The self-attention caches grow by a position every step (a step attends over

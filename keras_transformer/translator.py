@@ -23,7 +23,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, START_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -279,7 +279,7 @@ class Translator(tf.Module):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
 
         def search(context_ids, index, steps=None):
-            return decoding.beam_search(
+            return beam.beam_search(
                 self.model,
                 context_ids,
                 beam_width,

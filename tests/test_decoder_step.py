@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks.profile_decode import step_ops
-from keras_transformer import decoder_step, decoding
+from keras_transformer import beam, decoder_step, decoding
 from keras_transformer.constants import PAD_ID
 from tests.helpers import tiny_transformer
 
@@ -98,19 +98,17 @@ def test_cached_searches_equal_uncached(variant):
     )
     np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
     np.testing.assert_allclose(cached.logits.numpy(), uncached.logits.numpy(), atol=1e-5)
-    beam = decoding.beam_search(model, source, beam_width=3, max_length=10)
-    beam_uncached = decoding.beam_search(
-        model, source, beam_width=3, max_length=10, use_cache=False
-    )
-    np.testing.assert_array_equal(beam.tokens.numpy(), beam_uncached.tokens.numpy())
-    np.testing.assert_allclose(beam.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
+    beamed = beam.beam_search(model, source, beam_width=3, max_length=10)
+    beam_uncached = beam.beam_search(model, source, beam_width=3, max_length=10, use_cache=False)
+    np.testing.assert_array_equal(beamed.tokens.numpy(), beam_uncached.tokens.numpy())
+    np.testing.assert_allclose(beamed.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
     # Caches of every position from the start (the shapes XLA needs): the same again.
     fixed = decoding.greedy_search(
         model, source, 10, stop_at_end=False, return_logits=True, fixed_shapes=True
     )
     np.testing.assert_array_equal(fixed.tokens.numpy(), uncached.tokens.numpy())
     np.testing.assert_allclose(fixed.logits.numpy(), uncached.logits.numpy(), atol=1e-5)
-    beam_fixed = decoding.beam_search(model, source, 3, max_length=10, fixed_shapes=True)
+    beam_fixed = beam.beam_search(model, source, 3, max_length=10, fixed_shapes=True)
     np.testing.assert_array_equal(beam_fixed.tokens.numpy(), beam_uncached.tokens.numpy())
     np.testing.assert_allclose(beam_fixed.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
 
@@ -138,15 +136,13 @@ def test_traced_beam_with_a_dynamic_width_equals_uncached():
     @tf.function(
         input_signature=[tf.TensorSpec([None, None], tf.int64), tf.TensorSpec([], tf.int32)]
     )
-    def beam(source, width):
-        cached = decoding.beam_search(model, source, beam_width=width, max_length=10)
-        uncached = decoding.beam_search(
-            model, source, beam_width=width, max_length=10, use_cache=False
-        )
+    def beams(source, width):
+        cached = beam.beam_search(model, source, beam_width=width, max_length=10)
+        uncached = beam.beam_search(model, source, beam_width=width, max_length=10, use_cache=False)
         return cached.tokens, uncached.tokens, cached.scores, uncached.scores
 
     for width in (1, 3):
-        tokens, reference, scores, reference_scores = beam(tf.constant(SOURCE), tf.constant(width))
+        tokens, reference, scores, reference_scores = beams(tf.constant(SOURCE), tf.constant(width))
         np.testing.assert_array_equal(tokens.numpy(), reference.numpy())
         np.testing.assert_allclose(scores.numpy(), reference_scores.numpy(), atol=1e-5)
 
@@ -182,8 +178,8 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
 
     width = 4
     sources = threshold // width
-    matmul, whole = used(lambda: decoding.beam_search(model, rows[:sources], width, 10))
-    broadcast, part = used(lambda: decoding.beam_search(model, rows[: sources - 1], width, 10))
+    matmul, whole = used(lambda: beam.beam_search(model, rows[:sources], width, 10))
+    broadcast, part = used(lambda: beam.beam_search(model, rows[: sources - 1], width, 10))
     assert matmul and not broadcast
     np.testing.assert_array_equal(whole.tokens.numpy()[:-1], part.tokens.numpy())
     np.testing.assert_allclose(whole.scores.numpy()[:-1], part.scores.numpy(), atol=1e-5)

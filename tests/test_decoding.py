@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, PAD_ID
 from tests.helpers import tiny_transformer
 
@@ -75,34 +75,32 @@ def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
 
 def test_beam_width_one_equals_greedy(tiny):
     greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
-    beam = decoding.beam_search(
-        tiny.model, tiny.context_ids, 1, MAX_LENGTH, length_penalty_alpha=0.0
-    )
-    np.testing.assert_array_equal(beam.tokens.numpy(), greedy.tokens.numpy())
-    np.testing.assert_allclose(beam.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
+    beamed = beam.beam_search(tiny.model, tiny.context_ids, 1, MAX_LENGTH, length_penalty_alpha=0.0)
+    np.testing.assert_array_equal(beamed.tokens.numpy(), greedy.tokens.numpy())
+    np.testing.assert_allclose(beamed.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_never_scores_below_greedy(tiny, alpha):
     greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
-    beam = decoding.beam_search(tiny.model, tiny.context_ids, 4, MAX_LENGTH, alpha)
+    beamed = beam.beam_search(tiny.model, tiny.context_ids, 4, MAX_LENGTH, alpha)
 
     def ranked(result):
-        return result.scores.numpy() / decoding.length_penalty(result.lengths, alpha).numpy()
+        return result.scores.numpy() / beam.length_penalty(result.lengths, alpha).numpy()
 
-    assert np.all(ranked(beam) >= ranked(greedy) - 1e-5)
+    assert np.all(ranked(beamed) >= ranked(greedy) - 1e-5)
 
 
 def test_batch_equals_one_by_one(tiny):
     greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
-    beam = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
+    beamed = beam.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
     for i, sentence in enumerate(tiny.sentences[:6]):
         ids = tiny.source_tokenizer.tokenize(tf.constant([sentence])).to_tensor()
         alone = decoding.greedy_search(tiny.model, ids, MAX_LENGTH)
         np.testing.assert_array_equal(alone.tokens.numpy()[0], greedy.tokens.numpy()[i])
         np.testing.assert_allclose(alone.scores.numpy()[0], greedy.scores.numpy()[i], atol=1e-4)
-        alone = decoding.beam_search(tiny.model, ids, 3, MAX_LENGTH)
-        np.testing.assert_array_equal(alone.tokens.numpy()[0], beam.tokens.numpy()[i])
+        alone = beam.beam_search(tiny.model, ids, 3, MAX_LENGTH)
+        np.testing.assert_array_equal(alone.tokens.numpy()[0], beamed.tokens.numpy()[i])
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
@@ -143,8 +141,8 @@ def test_filter_logits_top_k_and_top_p():
 
 
 def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
-    search = tf.function(lambda ids, width: decoding.beam_search(tiny.model, ids, width, 8))
-    eager = decoding.beam_search(tiny.model, tiny.context_ids, 2, 8)
+    search = tf.function(lambda ids, width: beam.beam_search(tiny.model, ids, width, 8))
+    eager = beam.beam_search(tiny.model, tiny.context_ids, 2, 8)
     np.testing.assert_array_equal(
         search(tiny.context_ids, tf.constant(2)).tokens.numpy(), eager.tokens.numpy()
     )
@@ -154,14 +152,14 @@ def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
 
 def test_bad_arguments(tiny):
     with pytest.raises(ValueError, match="beam_width"):
-        decoding.beam_search(tiny.model, tiny.context_ids, 0)
+        beam.beam_search(tiny.model, tiny.context_ids, 0)
     with pytest.raises(ValueError, match="max_length"):
         decoding.greedy_search(tiny.model, tiny.context_ids, 0)
 
 
 def test_cached_beam_equals_uncached_beam(tiny):
-    cached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
-    uncached = decoding.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH, use_cache=False)
+    cached = beam.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
+    uncached = beam.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH, use_cache=False)
     np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)
 
@@ -174,13 +172,13 @@ def test_source_relative_cap_bounds_every_row(tiny, search):
     free = (
         decoding.greedy_search(tiny.model, context_ids, 20)
         if search == "greedy"
-        else decoding.beam_search(tiny.model, context_ids, 3, 20)
+        else beam.beam_search(tiny.model, context_ids, 3, 20)
     )
     limits = tf.constant(np.arange(len(context_ids)) % 4 + 1, tf.int32)
     capped = (
         decoding.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
         if search == "greedy"
-        else decoding.beam_search(tiny.model, context_ids, 3, 20, row_limits=limits)
+        else beam.beam_search(tiny.model, context_ids, 3, 20, row_limits=limits)
     )
     for row, limit in enumerate(limits.numpy()):
         length = int(capped.lengths[row])
@@ -203,7 +201,7 @@ def _sub_batch_search(tiny, search, seen=None):
             seen.append(tuple(context_ids.shape))
         if search == "greedy":
             return decoding.greedy_search(tiny.model, context_ids, MAX_LENGTH)
-        return decoding.beam_search(tiny.model, context_ids, 3, MAX_LENGTH)
+        return beam.beam_search(tiny.model, context_ids, 3, MAX_LENGTH)
 
     return run
 
@@ -315,7 +313,7 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
 
 SEARCHES_OF_MANY_ROWS = {
     "greedy": lambda model, ids, **kwargs: decoding.greedy_search(model, ids, MAX_LENGTH, **kwargs),
-    "beam": lambda model, ids, **kwargs: decoding.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
+    "beam": lambda model, ids, **kwargs: beam.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
 }
 
 
