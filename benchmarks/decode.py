@@ -294,7 +294,8 @@ def compare_with_ctranslate2(args) -> None:
             f"{args.run_dir}: {model.count_params():,} parameters, "
             f"{model.num_layers}+{model.num_layers} layers, d_model {model.d_model}; "
             f"export limits {limits}; CTranslate2 {ctranslate2.__version__}, "
-            f"{threads} threads, float32"
+            f"{threads} threads, float32; TensorFlow intra-op threads "
+            f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}"
         )
         print(
             f"greedy outputs identical on {len(sentences) - len(differing)}/{len(sentences)} "
@@ -371,7 +372,17 @@ def main() -> None:
         action="store_true",
         help="with --run-dir: also time an export made with --jit-compile (XLA)",
     )
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=None,
+        help="TensorFlow's threads within one op, for our side (default: TensorFlow's, one "
+        "a core); 1 is the model server's --tensorflow_intra_op_parallelism=1",
+    )
     args = parser.parse_args()
+    if args.intra_op_threads is not None:
+        # Before any op runs: TensorFlow fixes its thread pools when it first starts.
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.run_dir:
         if not args.source:
             parser.error("--run-dir needs --source")

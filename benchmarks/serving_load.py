@@ -125,6 +125,7 @@ def run_load(
     signature: str = "serving_default",
     seed: int = 0,
     inter_op_threads: int = DEFAULT_INTER_OP_THREADS,
+    intra_op_threads: int = 0,
 ) -> dict:
     """Loads the SavedModel at `export_dir` in a fresh process and serves a mixed load.
 
@@ -145,6 +146,9 @@ def run_load(
             serving process (TF Serving's --tensorflow_inter_op_parallelism).
             Defaults to 16 (see `DEFAULT_INTER_OP_THREADS`); 0 leaves
             TensorFlow's default.
+        intra_op_threads: threads within one op in the serving process (TF
+            Serving's --tensorflow_intra_op_parallelism); 0 (the default) leaves
+            TensorFlow's, one a core.
 
     Returns:
         A dict of figures: "requests", "rows", "errors", "wrong" (answers
@@ -170,6 +174,7 @@ def run_load(
         "signature": signature,
         "seed": int(seed),
         "inter_op_threads": int(inter_op_threads),
+        "intra_op_threads": int(intra_op_threads),
     }
     # Generous: the loading, the reference translations and the last requests.
     return _run_worker(task, timeout=seconds * 10 + 1800)
@@ -282,6 +287,8 @@ def _worker(task: dict) -> dict:
 
     if task.get("inter_op_threads"):
         tf.config.threading.set_inter_op_parallelism_threads(task["inter_op_threads"])
+    if task.get("intra_op_threads"):
+        tf.config.threading.set_intra_op_parallelism_threads(task["intra_op_threads"])
     rss_start = _rss_mb()
     serve = tf.saved_model.load(task["export_dir"]).signatures[task["signature"]]
     rss_loaded = _rss_mb()
@@ -441,7 +448,8 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
     lines = [
         f"{figures['export_dir']}: {figures['signature']}, {figures['threads']} threads, "
         f"{figures['seconds']:.0f} s of new requests ({figures['wall_seconds']:.0f} s wall), "
-        f"inter-op threads {figures['inter_op_threads'] or 'TensorFlow default'}",
+        f"inter-op threads {figures['inter_op_threads'] or 'TensorFlow default'}, "
+        f"intra-op threads {figures.get('intra_op_threads') or 'TensorFlow default'}",
         "",
         f"{'kind':<7}{'rows/request':>14}{'requests':>10}{'rows':>9}{'errors':>8}"
         f"{'p50 s':>9}{'p99 s':>9}{'max s':>9}",
@@ -512,6 +520,13 @@ def main(argv: list[str] | None = None) -> int:
         "--tensorflow_inter_op_parallelism (default: %(default)s; 0: TensorFlow's default)",
     )
     parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=0,
+        help="threads within one op in the serving process, as TF Serving's "
+        "--tensorflow_intra_op_parallelism (default: 0, TensorFlow's default)",
+    )
+    parser.add_argument(
         "--long-row",
         type=int,
         nargs="*",
@@ -543,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         signature=args.signature,
         seed=args.seed,
         inter_op_threads=args.inter_op_threads,
+        intra_op_threads=args.intra_op_threads,
     )
     cost = [
         long_row_cost(args.export_dir, rows, sentences=sentences, signature=args.signature)
