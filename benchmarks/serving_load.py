@@ -31,6 +31,8 @@ demo` trains it in a few CPU minutes and exports it to saved_models/demo/):
     PYTHONPATH=. python benchmarks/serving_load.py saved_models/demo --threads 8 --seconds 60
 
 A quick check that it runs (about a minute on 2 cores): `--seconds 15 --long-row 16`.
+`--intra-op-threads 1` serves with one thread within an op, as the README's model server
+commands do (`--tensorflow_intra_op_parallelism=1`); the default leaves TensorFlow's.
 
 This module imports only the standard library at the top, so that other
 benchmarks (benchmarks/faults.py) can import `run_load` and `long_row_cost`.

@@ -1,6 +1,6 @@
 """Beam search over the decoder's key/value cache, with the GNMT length penalty.
 
-The same loop as `decoding`'s searches (one `tf.while_loop`, batched, over the
+The same kind of loop as `decoding`'s searches (one `tf.while_loop`, batched, over the
 model's step interface, its attention form chosen by rows, `fixed_shapes` for
 XLA), with state of its own: each row's `width` best unfinished hypotheses and
 `width` best finished ones (`_Beams`). Each step keeps the best continuations
@@ -92,7 +92,7 @@ def beam_search(
             every step (the tutorial's way, for benchmarks); same result.
         row_limits: optional int `(batch,)`, the most tokens each row may
             generate: at its limit every hypothesis of the row must end ([END]).
-        fixed_shapes: as for `greedy_search`.
+        fixed_shapes: as for `decoding.greedy_search`.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")

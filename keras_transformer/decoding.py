@@ -498,6 +498,8 @@ def sample(
 
 
 def free_leading_dims(tensor, count: int) -> tf.TensorShape:
+    """`tensor`'s shape with its first `count` axes unknown: the loop invariant of a
+    buffer whose row count (and beam width) is not fixed."""
     shape = tensor.shape
     if shape.rank is None or shape.rank < count:
         return shape

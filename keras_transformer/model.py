@@ -193,7 +193,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
             return self.project(features), attention_scores
         return self.project(decoded)
 
-    # -- decoding: the step interface of the searches (decoding.py) -----------
+    # -- decoding: the step interface of the searches (decoding.py, beam.py) --
 
     def decoding_start(self, context_ids, steps, use_cache=True, beam_width=1, fixed_shapes=False):
         """The decoding state of `context_ids`, for at most `steps` generated tokens.
