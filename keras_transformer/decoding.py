@@ -25,6 +25,15 @@ step chooses its token. What beam search uses from here is public:
 `free_leading_dims`) and the choice of attention form by rows
 (`attention_form_by_rows`). The dependency runs one way: this module does not
 import beam search.
+
+Why one module of ~520 lines: it is one concept, the token-by-token search loop.
+Greedy search and sampling are the same `_token_search` (its two loops, one
+stepping every row and one only the rows still decoding, share the buffers,
+row limits and invariants), and `in_sub_batches` (with `rows_per_search`,
+`_two_way_split`) is the wrapper every search is called through. Beam search,
+the one search with state of its own, already lives in `beam.py`; the next
+piece to move, if this grows, is `in_sub_batches` and its split, which touch
+no search's internals.
 """
 
 from __future__ import annotations
