@@ -70,6 +70,7 @@ def beam_search(
     use_cache: bool = True,
     row_limits=None,
     fixed_shapes: bool = False,
+    fused_weights=None,
 ) -> decoding.DecodeResult:
     """Beam search with the GNMT length penalty; returns the best hypothesis per row.
 
@@ -92,7 +93,7 @@ def beam_search(
             every step (the tutorial's way, for benchmarks); same result.
         row_limits: optional int `(batch,)`, the most tokens each row may
             generate: at its limit every hypothesis of the row must end ([END]).
-        fixed_shapes: as for `decoding.greedy_search`.
+        fixed_shapes, fused_weights: as for `decoding.greedy_search`.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
@@ -103,7 +104,12 @@ def beam_search(
     batch = tf.shape(context_ids)[0]
     # Hypothesis k of row b is row b * width + k of the state.
     state = model.decoding_start(
-        context_ids, steps, use_cache, beam_width=width, fixed_shapes=fixed_shapes
+        context_ids,
+        steps,
+        use_cache,
+        beam_width=width,
+        fixed_shapes=fixed_shapes,
+        fused_weights=fused_weights,
     )
     max_penalty = length_penalty(steps, length_penalty_alpha)
 

@@ -6,7 +6,8 @@ Keras layers that costs about a thousand graph nodes a step: every Dense on a
 ConcatV2, Reshape), every variable is read again, heads are split by transposes.
 On a CPU, where a step's arithmetic is small, those nodes are the cost. Here the
 same math runs on `(rows, d_model)` matrices with weights prepared once per search,
-outside the step loop: query, key and value projections fused into one matrix with the
+outside the step loop (or, for an export, once and for all: `fused_weights`): query,
+key and value projections fused into one matrix with the
 query's 1/sqrt(head size) folded in, key and value of cross-attention projected once
 per source, the source mask turned into an additive bias once. A step is then about
 sixty nodes per layer, and its self-attention reads a cache that grows by one
@@ -53,60 +54,85 @@ def _dense(x, kernel, bias):
     return tf.nn.bias_add(tf.matmul(x, kernel), bias)
 
 
-def prepare(model) -> dict:
-    """The decoder's weights as tensors for `step`, read once per search (for a
-    translator: once per sub-batch), outside the step loop.
+def fused_weights(model) -> dict:
+    """The step's weights that are computed from the decoder's rather than read as they
+    are: per layer, self-attention's query, key and value kernels as one
+    `(d_model, 3 * d_model)` matrix and their biases as one vector, query kernels and
+    biases carrying the 1/sqrt(head size) scale; and, with the output projection tied
+    to the embeddings, the table transposed.
 
-    Query kernels and biases carry the 1/sqrt(head size) scale; self-attention's
-    query, key and value kernels are one `(d_model, 3 * d_model)` matrix.
+    `prepare` computes them once per search; a translator built with
+    `freeze_weights=True` (what `export_translator` saves) keeps them as variables, so
+    that a call does not: the table's transpose alone is a few milliseconds of a
+    one-sentence call.
     """
     dtype = model.compute_dtype
-    decoder = model.decoder
+
+    def value(dense, attribute, factor=None):
+        tensor = _tensor(getattr(dense, attribute), dtype)
+        return tensor if factor is None else tensor * factor
+
     layers = []
-    for block in decoder.dec_layers:
+    for block in model.decoder.dec_layers:
         self_mha = block.causal_self_attention.mha
         cross_mha = block.cross_attention.mha
         scale = 1.0 / math.sqrt(self_mha.key_dim)
+        fused = {}
+        for attribute in ("kernel", "bias"):
+            fused[f"qkv_{attribute}"] = tf.concat(
+                [
+                    value(self_mha.query_dense, attribute, scale),
+                    value(self_mha.key_dense, attribute),
+                    value(self_mha.value_dense, attribute),
+                ],
+                axis=-1,
+            )
+            fused[f"cross_q_{attribute}"] = value(cross_mha.query_dense, attribute, scale)
+        layers.append(fused)
+    weights = {"layers": layers}
+    if model.final_layer is None:
+        # Tied to the embeddings: transposed here, once. The step's matmul by the
+        # table itself (`transpose_b`) was 2.5x slower at 32 rows on TensorFlow's
+        # Eigen kernels (the default on AVX2 CPUs), and it is a step's largest op.
+        weights["projection_kernel"] = tf.transpose(
+            _tensor(model.decoder.embedding.embedding.embeddings, dtype)
+        )
+    return weights
+
+
+def prepare(model, fused=None) -> dict:
+    """The decoder's weights as tensors for `step`, read once per search (for a
+    translator: once per sub-batch), outside the step loop.
+
+    Args:
+        model: the `Transformer`.
+        fused: `fused_weights(model)` computed before (tensors or variables), or
+            None to compute them here from the model's variables.
+    """
+    dtype = model.compute_dtype
+    decoder = model.decoder
+    if fused is None:
+        fused = fused_weights(model)
+    else:
+        fused = tf.nest.map_structure(tf.convert_to_tensor, fused)
+    layers = []
+    for block, fused_layer in zip(decoder.dec_layers, fused["layers"], strict=True):
+        self_mha = block.causal_self_attention.mha
+        cross_mha = block.cross_attention.mha
         ffn = block.ffn
-
-        def kernel(dense, factor=None):
-            value = _tensor(dense.kernel, dtype)
-            return value if factor is None else value * factor
-
-        def bias(dense, factor=None):
-            value = _tensor(dense.bias, dtype)
-            return value if factor is None else value * factor
-
         layers.append(
             {
-                "qkv_kernel": tf.concat(
-                    [
-                        kernel(self_mha.query_dense, scale),
-                        kernel(self_mha.key_dense),
-                        kernel(self_mha.value_dense),
-                    ],
-                    axis=1,
-                ),
-                "qkv_bias": tf.concat(
-                    [
-                        bias(self_mha.query_dense, scale),
-                        bias(self_mha.key_dense),
-                        bias(self_mha.value_dense),
-                    ],
-                    axis=0,
-                ),
-                "self_out_kernel": kernel(self_mha.output_dense),
-                "self_out_bias": bias(self_mha.output_dense),
+                **fused_layer,
+                "self_out_kernel": _tensor(self_mha.output_dense.kernel, dtype),
+                "self_out_bias": _tensor(self_mha.output_dense.bias, dtype),
                 "self_norm": _norm_weights(block.causal_self_attention.residual.layernorm),
-                "cross_q_kernel": kernel(cross_mha.query_dense, scale),
-                "cross_q_bias": bias(cross_mha.query_dense, scale),
-                "cross_out_kernel": kernel(cross_mha.output_dense),
-                "cross_out_bias": bias(cross_mha.output_dense),
+                "cross_out_kernel": _tensor(cross_mha.output_dense.kernel, dtype),
+                "cross_out_bias": _tensor(cross_mha.output_dense.bias, dtype),
                 "cross_norm": _norm_weights(block.cross_attention.residual.layernorm),
-                "ffn_inner_kernel": kernel(ffn.inner_dense),
-                "ffn_inner_bias": bias(ffn.inner_dense),
-                "ffn_out_kernel": kernel(ffn.output_dense),
-                "ffn_out_bias": bias(ffn.output_dense),
+                "ffn_inner_kernel": _tensor(ffn.inner_dense.kernel, dtype),
+                "ffn_inner_bias": _tensor(ffn.inner_dense.bias, dtype),
+                "ffn_out_kernel": _tensor(ffn.output_dense.kernel, dtype),
+                "ffn_out_bias": _tensor(ffn.output_dense.bias, dtype),
                 "ffn_norm": _norm_weights(ffn.residual.layernorm),
             }
         )
@@ -122,10 +148,7 @@ def prepare(model) -> dict:
         weights["projection_kernel"] = _tensor(model.final_layer.kernel, dtype)
         weights["projection_bias"] = _tensor(model.final_layer.bias, dtype)
     else:
-        # Tied to the embeddings: transposed here, once. The step's matmul by the
-        # table itself (`transpose_b`) was 2.5x slower at 32 rows on TensorFlow's
-        # Eigen kernels (the default on AVX2 CPUs), and it is a step's largest op.
-        weights["projection_kernel"] = tf.transpose(weights["embeddings"])
+        weights["projection_kernel"] = fused["projection_kernel"]
     return weights
 
 

@@ -265,6 +265,7 @@ def _token_search(
     row_limits=None,
     fixed_shapes: bool = False,
     drop_ended_rows: bool = False,
+    fused_weights=None,
 ) -> DecodeResult:
     """One token per row per step, chosen by `choose(logits, step) -> int64 ids`.
 
@@ -278,7 +279,9 @@ def _token_search(
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
     start_tokens = start_buffer([batch], steps)  # (batch, steps + 1)
-    state = model.decoding_start(context_ids, steps, use_cache, fixed_shapes=fixed_shapes)
+    state = model.decoding_start(
+        context_ids, steps, use_cache, fixed_shapes=fixed_shapes, fused_weights=fused_weights
+    )
 
     def loop(matmul_attention):
         def cond(i, tokens, state, done, scores, lengths, logits_array):
@@ -407,6 +410,7 @@ def greedy_search(
     return_logits: bool = False,
     row_limits=None,
     fixed_shapes: bool = False,
+    fused_weights=None,
 ) -> DecodeResult:
     """Greedy decoding: the most likely token at every step.
 
@@ -425,6 +429,9 @@ def greedy_search(
         fixed_shapes: keep every loop shape fixed (caches of `max_length`
             positions from the start), as a loop compiled by XLA needs; same
             result.
+        fused_weights: the decoder's fused weights computed before
+            (`decoder_step.fused_weights`; a frozen translator's variables), or
+            None to compute them from the model's variables.
     """
     return _token_search(
         model,
@@ -437,6 +444,7 @@ def greedy_search(
         row_limits,
         fixed_shapes,
         drop_ended_rows=True,
+        fused_weights=fused_weights,
     )
 
 
@@ -479,6 +487,7 @@ def sample(
     stop_at_end: bool = True,
     return_logits: bool = False,
     row_limits=None,
+    fused_weights=None,
 ) -> DecodeResult:
     """Sampling with temperature, top-k and top-p; the same `seed` gives the same output.
 
@@ -486,7 +495,7 @@ def sample(
     sub-batch its stream); every step draws with the pair folded with the
     step, so no two (seed, stream) pairs share their draws. Scores are
     log-probabilities under the unfiltered model distribution; `row_limits`
-    as for `greedy_search`.
+    and `fused_weights` as for `greedy_search`.
     """
     filter_logits(tf.zeros([1, 2]), temperature, top_k, top_p)  # checks the arguments now
     if seed is None:
@@ -502,7 +511,15 @@ def sample(
         return drawn[:, 0]
 
     return _token_search(
-        model, context_ids, max_length, choose, stop_at_end, True, return_logits, row_limits
+        model,
+        context_ids,
+        max_length,
+        choose,
+        stop_at_end,
+        True,
+        return_logits,
+        row_limits,
+        fused_weights=fused_weights,
     )
 
 

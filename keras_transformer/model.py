@@ -195,7 +195,15 @@ class Transformer(BlockOptionsMixin, keras.Model):
 
     # -- decoding: the step interface of the searches (decoding.py, beam.py) --
 
-    def decoding_start(self, context_ids, steps, use_cache=True, beam_width=1, fixed_shapes=False):
+    def decoding_start(
+        self,
+        context_ids,
+        steps,
+        use_cache=True,
+        beam_width=1,
+        fixed_shapes=False,
+        fused_weights=None,
+    ):
         """The decoding state of `context_ids`, for at most `steps` generated tokens.
 
         Args:
@@ -211,6 +219,9 @@ class Transformer(BlockOptionsMixin, keras.Model):
             fixed_shapes: True allocates the self-attention caches for `steps`
                 positions up front, so that no state changes shape from step
                 to step (XLA's loops need that); same results.
+            fused_weights: the decoder's fused weights computed before
+                (`decoder_step.fused_weights`: tensors or variables), or None
+                to compute them here from the model's variables.
 
         Returns:
             A nest of tensors for `decoding_step`, `reorder_decoding_state` and
@@ -231,7 +242,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
             _repeat_rows(context_mask, beam_width),
             slots=steps if fixed_shapes else None,
         )
-        return {"weights": decoder_step.prepare(self), **state}
+        return {"weights": decoder_step.prepare(self, fused_weights), **state}
 
     def decoding_step(self, tokens, index, state, matmul_attention=False):
         """Logits for the token after position `index`, and the next state.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer import data, export
@@ -129,6 +130,19 @@ def test_tf_serving_layout_and_next_version(exported, tiny_translation_model):
         export.export_translator(tiny_translation_model.model, root, "other")
     # No half-written staging directory is left behind.
     assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1"]
+
+
+def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported):
+    """What is saved is the translator's frozen twin (its decoder's fused weights as
+    variables, not computed per call); the translator given stays live."""
+    translator, _, path = exported
+    assert translator.fused_weights is None
+    loaded = tf.saved_model.load(str(path))
+    saved = tf.nest.flatten(loaded.fused_weights)
+    expected = tf.nest.flatten(translator.frozen().fused_weights)
+    assert len(saved) == len(expected) > 0
+    for variable, value in zip(saved, expected, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), value.numpy())
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "wordpiece_xla"])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import decoder_step, decoding
 from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
 from tests.helpers import tiny_transformer
 
@@ -114,6 +114,51 @@ def test_source_relative_cap_reaches_every_search(tiny_translation_model):
     )
     np.testing.assert_array_equal(
         default(tiny.sentences)["tokens"], uncapped(tiny.sentences)["tokens"]
+    )
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_frozen_weights_translate_alike_and_keep_the_weights_they_were_built_with(
+    tiny_translation_model, tied
+):
+    """A frozen translator (what an export saves) holds the decoder's fused weights as
+    variables and translates exactly as the live one, which computes them per search.
+    Trained further, the model changes what the live translator (the default) says, and
+    not the frozen one's fused weights."""
+    tiny = tiny_translation_model
+    model = tiny_transformer(
+        vocab_size=tiny.target_tokenizer.vocab_size,
+        num_layers=2,
+        share_embeddings=tied,
+        tie_embeddings=tied,
+    )
+    live = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
+    frozen = live.frozen()
+    assert live.fused_weights is None and frozen.frozen() is frozen
+    assert frozen.max_length == live.max_length and frozen.beam_width == live.beam_width
+    expected = decoder_step.fused_weights(model)
+    tf.nest.assert_same_structure(frozen.fused_weights, expected)
+    for variable, value in zip(
+        tf.nest.flatten(frozen.fused_weights), tf.nest.flatten(expected), strict=True
+    ):
+        np.testing.assert_array_equal(variable.numpy(), value.numpy())
+    assert ("projection_kernel" in expected) == tied
+    for method in ("greedy", "beam", "sample"):
+        a, b = (t(tiny.sentences, method=method, seed=3) for t in (live, frozen))
+        np.testing.assert_array_equal(a["tokens"].numpy(), b["tokens"].numpy(), err_msg=method)
+        np.testing.assert_array_equal(a["score"].numpy(), b["score"].numpy(), err_msg=method)
+
+    # Part of the fused self-attention kernel, and read at every step (a query is not, at
+    # the first: attention over one position).
+    value = model.decoder.dec_layers[0].causal_self_attention.mha.value_dense.kernel
+    value.assign(value * 3.0 + 0.5)
+    fresh = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
+    now, before = live(tiny.sentences), frozen(tiny.sentences)
+    np.testing.assert_array_equal(now["score"].numpy(), fresh(tiny.sentences)["score"].numpy())
+    assert not np.array_equal(now["score"].numpy(), before["score"].numpy())
+    np.testing.assert_array_equal(
+        frozen.fused_weights["layers"][0]["qkv_kernel"].numpy(),
+        expected["layers"][0]["qkv_kernel"].numpy(),
     )
 
 
