@@ -233,8 +233,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         if not use_cache:
             return {"context_ids": _repeat_rows(context_ids, beam_width)}
         # The source is encoded once; cross-attention keys/values are projected
-        # once per source, the decoder's weights read and fused once per call
-        # (`decoder_step.py`).
+        # once per source, the decoder's weights read once per search and fused
+        # here too unless `fused_weights` were computed before (`decoder_step.py`).
         context, context_mask = self.encode(context_ids, training=False)
         state = decoder_step.start(
             self,
