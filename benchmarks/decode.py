@@ -294,8 +294,7 @@ def compare_with_ctranslate2(args) -> None:
             f"{args.run_dir}: {model.count_params():,} parameters, "
             f"{model.num_layers}+{model.num_layers} layers, d_model {model.d_model}; "
             f"export limits {limits}; CTranslate2 {ctranslate2.__version__}, "
-            f"{threads} threads, float32; TensorFlow intra-op threads "
-            f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}"
+            f"{threads} threads, float32; {_intra_op_threads()}"
         )
         print(
             f"greedy outputs identical on {len(sentences) - len(differing)}/{len(sentences)} "
@@ -350,6 +349,12 @@ def compare_with_ctranslate2(args) -> None:
                     )
                     row += f" {xla_rate:>18.1f} {xla_rate / peer_rate:>15.2f}x"
                 print(row, flush=True)
+
+
+def _intra_op_threads() -> str:
+    """TensorFlow's intra-op thread setting, for the table's header."""
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
+    return f"TensorFlow intra-op threads {threads or 'default'}"
 
 
 def main() -> None:
@@ -430,7 +435,7 @@ def main() -> None:
 
         print(
             f"\n{len(sentences)} TED test sentences ({args.batch1_sentences} at batch 1), "
-            f"{args.steps} tokens each, SavedModel signatures, {SIZE}"
+            f"{args.steps} tokens each, SavedModel signatures, {SIZE}; {_intra_op_threads()}"
         )
         print(
             f"{'search':<8} {'batch':>5} "

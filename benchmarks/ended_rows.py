@@ -38,7 +38,7 @@ def live_share(translate, sentences, pieces, batch: int) -> tuple[int, int]:
         if len(texts) < 2:
             bounds = [0, len(texts)]
         else:
-            bounds = decoding._two_way_split(tf.constant(source[order])).numpy().tolist()
+            bounds = decoding.two_way_split(tf.constant(source[order])).numpy().tolist()
         for begin, end in zip(bounds[:-1], bounds[1:], strict=False):
             rows = needed[order][begin:end]
             live += int(rows.sum())

@@ -188,6 +188,8 @@ def long_row_cost(
     words: int = LONG_ROW_WORDS,
     sentences: list[str] | None = None,
     signature: str = "serving_default",
+    inter_op_threads: int = DEFAULT_INTER_OP_THREADS,
+    intra_op_threads: int = 0,
 ) -> dict:
     """What one `words`-word row adds to the peak memory of a `rows`-row request.
 
@@ -195,6 +197,7 @@ def long_row_cost(
     measure the peak RSS of one call over its RSS before: `rows` normal rows,
     then `rows - 1` normal rows and the long one. The difference, divided by
     the `rows - 1` other rows the long one could pad, is the cost per extra row.
+    The thread settings are `run_load`'s.
 
     Returns:
         dict with rows, without_mb, with_mb, extra_mb, per_row_mb.
@@ -211,6 +214,8 @@ def long_row_cost(
             "export_dir": str(_saved_model_dir(export_dir)),
             "texts": texts,
             "signature": signature,
+            "inter_op_threads": int(inter_op_threads),
+            "intra_op_threads": int(intra_op_threads),
         }
         peaks[name] = _run_worker(task, timeout=1800)["peak_mb"]
     extra = peaks["with"] - peaks["without"]
@@ -563,7 +568,14 @@ def main(argv: list[str] | None = None) -> int:
         intra_op_threads=args.intra_op_threads,
     )
     cost = [
-        long_row_cost(args.export_dir, rows, sentences=sentences, signature=args.signature)
+        long_row_cost(
+            args.export_dir,
+            rows,
+            sentences=sentences,
+            signature=args.signature,
+            inter_op_threads=args.inter_op_threads,
+            intra_op_threads=args.intra_op_threads,
+        )
         for rows in args.long_row
     ]
     print(format_table(figures, cost))

@@ -30,7 +30,7 @@ Why one module of ~520 lines: it is one concept, the token-by-token search loop.
 Greedy search and sampling are the same `_token_search` (its two loops, one
 stepping every row and one only the rows still decoding, share the buffers,
 row limits and invariants), and `in_sub_batches` (with `rows_per_search`,
-`_two_way_split`) is the wrapper every search is called through. Beam search,
+`two_way_split`) is the wrapper every search is called through. Beam search,
 the one search with state of its own, already lives in `beam.py`; the next
 piece to move, if this grows, is `in_sub_batches` and its split, which touch
 no search's internals.
@@ -144,7 +144,7 @@ def in_sub_batches(
         uniform = bounds
         bounds = tf.cond(
             tf.logical_and(count == 2, rows <= sub_batch_size),
-            lambda: _two_way_split(sorted_ids.row_lengths()),
+            lambda: two_way_split(sorted_ids.row_lengths()),
             lambda: uniform,
         )
 
@@ -184,7 +184,7 @@ def in_sub_batches(
     )
 
 
-def _two_way_split(sorted_lengths):
+def two_way_split(sorted_lengths):
     """Bounds `[0, k, rows]` splitting rows of ascending `sorted_lengths` into two
     searches of about equal work (2 <= rows).
 

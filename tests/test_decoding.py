@@ -287,7 +287,7 @@ def test_the_two_way_split_minimizes_the_larger_work():
     for rows in (2, 3, 17, 64):
         for _ in range(20):
             lengths = np.sort(rng.integers(0, 60, size=rows))
-            bounds = decoding._two_way_split(tf.constant(lengths)).numpy()
+            bounds = decoding.two_way_split(tf.constant(lengths)).numpy()
             assert bounds[0] == 0 and bounds[2] == rows and 1 <= bounds[1] < rows
 
             def work(k, lengths=lengths, rows=rows):
