@@ -113,9 +113,10 @@ def export_translator(
 
     Args:
         translator_or_model: a `Translator`, or a `Transformer` with
-            `source_tokenizer` and `target_tokenizer`. What is saved is a
-            translator with frozen weights (`Translator.frozen()`): the model's
-            weights as they are now; a given translator itself is left as it is.
+            `source_tokenizer` and `target_tokenizer`. What is saved is always
+            a new translator built with the same arguments and frozen fused
+            weights (`Translator.frozen()`), taken from the model's weights as
+            they are now; a given translator itself is left as it is.
         export_root: directory of TF Serving models. Defaults to "saved_models".
         name: the model name TF Serving serves it under.
         version: integer version; defaults to the next free one. An existing
@@ -127,18 +128,16 @@ def export_translator(
     if isinstance(translator_or_model, Translator):
         if source_tokenizer or target_tokenizer or translator_kwargs:
             raise ValueError("Give tokenizers and translator arguments only with a model.")
-        translator = translator_or_model.frozen()
+        given = translator_or_model
     else:
         if source_tokenizer is None or target_tokenizer is None:
             raise ValueError(
                 "Exporting a model needs its `source_tokenizer` and `target_tokenizer`."
             )
-        translator = Translator(
-            translator_or_model,
-            source_tokenizer,
-            target_tokenizer,
-            **{"freeze_weights": True, **translator_kwargs},
+        given = Translator(
+            translator_or_model, source_tokenizer, target_tokenizer, **translator_kwargs
         )
+    translator = given.frozen()
     if not name or os.sep in name or name in (".", ".."):
         raise ValueError(f"`name` must be a plain directory name. Received: name={name!r}")
     model_dir = Path(export_root) / name

@@ -118,12 +118,15 @@ class Translator(tf.Module):
             experimental). Sampling stays uncompiled. Defaults to False.
         freeze_weights: bool. Compute the decoder's fused weights
             (`decoder_step.fused_weights`: self-attention's three projections
-            as one matrix, the tied output projection transposed) once, here,
-            and keep them as variables, rather than once per search: what
-            `export_translator` saves (`frozen()`), about 1.1x at batch 1
-            (README, "Decoding speed"). The translator then decodes with the
-            decoder's weights as they were when it was built: leave it False
-            (the default) for one used while its model still trains.
+            as one matrix, the scaled cross-attention query, the tied output
+            projection transposed) once, here, and keep them as variables,
+            rather than once per search: what `export_translator` saves
+            (`frozen()`), about 1.1x at batch 1 (README, "Decoding speed").
+            Only those are copied; every other weight is still read from the
+            model, so a frozen translator must not outlive a change to its
+            model's weights (it would decode with old fused weights and new
+            other ones). Leave it False (the default) for a translator used
+            while its model trains. Without `use_cache` it has no effect.
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)
@@ -182,12 +185,13 @@ class Translator(tf.Module):
         # variables are tracked instead, which is all the traced functions use.
         self._keras = types.SimpleNamespace(model=model, settings=settings)
         self.model_variables = [_tf_variable(v) for v in model.variables]
-        # Tracked, so that an export saves them beside the model's variables.
+        # Tracked, so that an export saves them beside the model's variables. The
+        # uncached path re-runs the Keras layers and never reads them.
         self.fused_weights = (
             tf.nest.map_structure(
                 lambda t: tf.Variable(t, trainable=False), decoder_step.fused_weights(model)
             )
-            if freeze_weights
+            if freeze_weights and use_cache
             else None
         )
         self.source_tokenizer = source_tokenizer
@@ -211,11 +215,10 @@ class Translator(tf.Module):
         return self._keras.model
 
     def frozen(self) -> Translator:
-        """A translator with these settings and `freeze_weights=True` (this one if it
-        is frozen already): the one `export_translator` saves."""
-        if self.fused_weights is not None:
-            return self
-        return Translator(**{**self._keras.settings, "freeze_weights": True})
+        """A new translator built with this one's arguments and `freeze_weights=True`:
+        its fused weights are computed from the model's weights as they are now. What
+        `export_translator` saves."""
+        return type(self)(**{**self._keras.settings, "freeze_weights": True})
 
     # -- graph pieces --------------------------------------------------------
 

@@ -133,8 +133,9 @@ def test_tf_serving_layout_and_next_version(exported, tiny_translation_model):
 
 
 def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported):
-    """What is saved is the translator's frozen twin (its decoder's fused weights as
-    variables, not computed per call); the translator given stays live."""
+    """What is saved is the translator's frozen twin: its decoder's fused weights are
+    variables of the SavedModel, which both signatures read (a change to them changes
+    what each says), not computed per call; the translator given stays live."""
     translator, _, path = exported
     assert translator.fused_weights is None
     loaded = tf.saved_model.load(str(path))
@@ -143,6 +144,15 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
     assert len(saved) == len(expected) > 0
     for variable, value in zip(saved, expected, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value.numpy())
+    text = tf.constant(["three one four", "nine five"])
+    before = {
+        name: loaded.signatures[name](text=text)["score"].numpy()
+        for name in ("serving_default", "beam_search")
+    }
+    qkv = loaded.fused_weights["layers"][0]["qkv_kernel"]
+    qkv.assign(qkv * 2.0 + 0.3)
+    for name in ("serving_default", "beam_search"):
+        assert not np.array_equal(loaded.signatures[name](text=text)["score"].numpy(), before[name])
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "wordpiece_xla"])

@@ -118,13 +118,12 @@ def test_source_relative_cap_reaches_every_search(tiny_translation_model):
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_frozen_weights_translate_alike_and_keep_the_weights_they_were_built_with(
-    tiny_translation_model, tied
-):
+def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model, tied):
     """A frozen translator (what an export saves) holds the decoder's fused weights as
-    variables and translates exactly as the live one, which computes them per search.
-    Trained further, the model changes what the live translator (the default) says, and
-    not the frozen one's fused weights."""
+    variables, computed from its model when it is built, and translates exactly as the
+    live one, which computes them per search. Every search reads each kind of them: a
+    change to one kind changes what each search says. A live translator (the default)
+    follows its model, and `frozen()` always takes the model's weights as they are now."""
     tiny = tiny_translation_model
     model = tiny_transformer(
         vocab_size=tiny.target_tokenizer.vocab_size,
@@ -134,32 +133,56 @@ def test_frozen_weights_translate_alike_and_keep_the_weights_they_were_built_wit
     )
     live = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
     frozen = live.frozen()
-    assert live.fused_weights is None and frozen.frozen() is frozen
+    assert live.fused_weights is None
     assert frozen.max_length == live.max_length and frozen.beam_width == live.beam_width
-    expected = decoder_step.fused_weights(model)
-    tf.nest.assert_same_structure(frozen.fused_weights, expected)
-    for variable, value in zip(
-        tf.nest.flatten(frozen.fused_weights), tf.nest.flatten(expected), strict=True
-    ):
-        np.testing.assert_array_equal(variable.numpy(), value.numpy())
-    assert ("projection_kernel" in expected) == tied
-    for method in ("greedy", "beam", "sample"):
-        a, b = (t(tiny.sentences, method=method, seed=3) for t in (live, frozen))
-        np.testing.assert_array_equal(a["tokens"].numpy(), b["tokens"].numpy(), err_msg=method)
-        np.testing.assert_array_equal(a["score"].numpy(), b["score"].numpy(), err_msg=method)
+
+    def assert_holds(translator, expected):
+        tf.nest.assert_same_structure(translator.fused_weights, expected)
+        for variable, value in zip(
+            tf.nest.flatten(translator.fused_weights), tf.nest.flatten(expected), strict=True
+        ):
+            np.testing.assert_array_equal(variable.numpy(), value.numpy())
+
+    assert_holds(frozen, decoder_step.fused_weights(model))
+    methods = ("greedy", "beam", "sample")
+
+    def scores(translator):
+        return {m: translator(tiny.sentences, method=m, seed=3)["score"].numpy() for m in methods}
+
+    reference = {m: live(tiny.sentences, method=m, seed=3) for m in methods}
+    for method in methods:
+        same = frozen(tiny.sentences, method=method, seed=3)
+        for key in ("tokens", "score"):
+            np.testing.assert_array_equal(
+                same[key].numpy(), reference[method][key].numpy(), err_msg=method
+            )
+
+    layers = frozen.fused_weights["layers"]
+    kinds = {kind: [layer[kind] for layer in layers] for kind in ("qkv_kernel", "cross_q_kernel")}
+    if tied:
+        kinds["projection_kernel"] = [frozen.fused_weights["projection_kernel"]]
+    assert ("projection_kernel" in frozen.fused_weights) == tied
+    for kind, variables in kinds.items():
+        kept = [v.numpy() for v in variables]
+        for variable in variables:
+            variable.assign(variable * 2.0 + 0.3)
+        changed = scores(frozen)
+        for method in methods:
+            assert not np.array_equal(changed[method], reference[method]["score"].numpy()), (
+                kind,
+                method,
+            )
+        for variable, value in zip(variables, kept, strict=True):
+            variable.assign(value)
 
     # Part of the fused self-attention kernel, and read at every step (a query is not, at
     # the first: attention over one position).
     value = model.decoder.dec_layers[0].causal_self_attention.mha.value_dense.kernel
     value.assign(value * 3.0 + 0.5)
     fresh = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
-    now, before = live(tiny.sentences), frozen(tiny.sentences)
-    np.testing.assert_array_equal(now["score"].numpy(), fresh(tiny.sentences)["score"].numpy())
-    assert not np.array_equal(now["score"].numpy(), before["score"].numpy())
-    np.testing.assert_array_equal(
-        frozen.fused_weights["layers"][0]["qkv_kernel"].numpy(),
-        expected["layers"][0]["qkv_kernel"].numpy(),
-    )
+    np.testing.assert_array_equal(scores(live)["greedy"], scores(fresh)["greedy"])
+    assert not np.array_equal(scores(live)["greedy"], reference["greedy"]["score"].numpy())
+    assert_holds(frozen.frozen(), decoder_step.fused_weights(model))
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
