@@ -6,13 +6,14 @@ source cut at the source limit (and reported as cut), cached in-graph decoding
 over bounded sub-batches, and detokenization. That is what `export.py` writes
 into a SavedModel.
 
-Why one module of ~470 lines: every piece is a method of the one object a
+Why one module of ~510 lines: every piece is a method of the one object a
 SavedModel tracks (its traced signatures, the source cut, the row limits, the
-optional XLA compilation of its searches, the eager `__call__`), and they read
-the same settings off it; most of the length is the constructor's documented
-arguments and checks. If it grows, `_compiled` and `most_steps` (padding a
-sub-batch to a compiled shape and sizing its caches) are the piece to move
-into a module of their own, taking the settings as arguments.
+optional XLA compilation of its searches, its frozen fused weights and
+`frozen()`, the eager `__call__`), and they read the same settings off it; most
+of the length is the constructor's documented arguments and checks. If it
+grows, `_compiled` and `most_steps` (padding a sub-batch to a compiled shape
+and sizing its caches) are the piece to move into a module of their own,
+taking the settings as arguments.
 """
 
 from __future__ import annotations
