@@ -1,9 +1,10 @@
-"""The `keras-transformer` command's entry point: TensorFlow's start-up log kept quiet.
+"""The `keras-transformer` command's entry point: what must be set before TensorFlow loads.
 
 It sits outside the keras_transformer package on purpose: importing the
 package imports TensorFlow, which writes its C++ start-up lines (oneDNN and
 CPU feature notices, GPU probes) to stderr before any code of the package
-could quiet them. `--verbose` shows them.
+could quiet them (`--verbose` shows them), and reads its choice of CPU
+kernels once, as it loads.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ import sys
 import tempfile
 
 VERBOSE_FLAG = "--verbose"
+
+# Commands that only decode run on TensorFlow's Eigen CPU kernels. Where TensorFlow
+# turns its oneDNN kernels on by default (CPUs with AVX-512), they decoded the
+# Multi30k model's export at 0.57x the Eigen speed at batch 64 (greedy; 0.95x at
+# batch 1), while they trained 1.4x faster: `train` and `demo` keep the default
+# (benchmarks/README.md, "Decoding on Eigen kernels"). A value the user set is kept.
+DECODE_ONLY_COMMANDS = ("translate", "evaluate")
+KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 
 
 def _verbose_requested(argv: list[str]) -> bool:
@@ -59,7 +68,16 @@ def _quiet_tensorflow() -> None:
         import tensorflow  # noqa: F401
 
 
+def _choose_kernels(argv: list[str], environ=os.environ) -> None:
+    """Eigen kernels for a command that only decodes, unless the user chose."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command in DECODE_ONLY_COMMANDS:
+        environ.setdefault(KERNELS_VARIABLE, "0")
+
+
 def main() -> int:
+    if "tensorflow" not in sys.modules:  # read once, as TensorFlow loads
+        _choose_kernels(sys.argv[1:])
     if not _verbose_requested(sys.argv[1:]):
         _quiet_tensorflow()
     from keras_transformer.cli import main as cli_main

@@ -30,6 +30,11 @@ export's greedy outputs and timed after one untimed pass that compiles its shape
 
     python benchmarks/decode.py --run-dir runs/quality_ted \\
         --source ../shared/corpora/ted_pt_en/test.pt --sentences 128
+
+The header names TensorFlow's CPU kernels. On a CPU with AVX-512 TensorFlow turns its
+oneDNN kernels on, which decode slower than its Eigen kernels; `TF_ENABLE_ONEDNN_OPTS=0`
+before the command times Eigen's, as `keras-transformer translate` and the README's
+serving setup run.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
 
 from keras_transformer import Transformer
 from keras_transformer.constants import START_ID
@@ -294,7 +300,7 @@ def compare_with_ctranslate2(args) -> None:
             f"{args.run_dir}: {model.count_params():,} parameters, "
             f"{model.num_layers}+{model.num_layers} layers, d_model {model.d_model}; "
             f"export limits {limits}; CTranslate2 {ctranslate2.__version__}, "
-            f"{threads} threads, float32; {_intra_op_threads()}"
+            f"{threads} threads, float32; {_tensorflow_settings()}"
         )
         print(
             f"greedy outputs identical on {len(sentences) - len(differing)}/{len(sentences)} "
@@ -351,10 +357,13 @@ def compare_with_ctranslate2(args) -> None:
                 print(row, flush=True)
 
 
-def _intra_op_threads() -> str:
-    """TensorFlow's intra-op thread setting, for the table's header."""
+def _tensorflow_settings() -> str:
+    """TensorFlow's CPU kernels and intra-op thread setting, for the table's header: on
+    a CPU with AVX-512 its oneDNN kernels are on unless `TF_ENABLE_ONEDNN_OPTS=0`, and
+    they decode slower than its Eigen kernels (benchmarks/README.md)."""
+    kernels = "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
     threads = tf.config.threading.get_intra_op_parallelism_threads()
-    return f"TensorFlow intra-op threads {threads or 'default'}"
+    return f"TensorFlow {kernels} kernels, intra-op threads {threads or 'default'}"
 
 
 def main() -> None:
@@ -435,7 +444,7 @@ def main() -> None:
 
         print(
             f"\n{len(sentences)} TED test sentences ({args.batch1_sentences} at batch 1), "
-            f"{args.steps} tokens each, SavedModel signatures, {SIZE}; {_intra_op_threads()}"
+            f"{args.steps} tokens each, SavedModel signatures, {SIZE}; {_tensorflow_settings()}"
         )
         print(
             f"{'search':<8} {'batch':>5} "

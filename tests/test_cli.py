@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+import keras_transformer_launcher as launcher
 from keras_transformer import cli, export
 from keras_transformer.config import TrainConfig
 
@@ -261,6 +262,27 @@ def test_no_tensorflow_log_on_stderr(tmp_path):
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith(ERROR_PREFIX + f"No SavedModel at {missing}"), run.stderr
     assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, chosen",
+    [
+        (["translate", "--model", "m", "x"], "0"),
+        (["--verbose", "evaluate", "--model", "m"], "0"),
+        (["train", "--run-dir", "r"], None),
+        (["demo"], None),
+        (["export", "r", "--name", "n"], None),
+    ],
+)
+def test_commands_that_only_decode_run_on_eigen_kernels(argv, chosen):
+    """`translate` and `evaluate` ask TensorFlow for its Eigen CPU kernels, which
+    decoded faster than oneDNN's; training keeps TensorFlow's default."""
+    environ = {}
+    launcher._choose_kernels(argv, environ)
+    assert environ.get(launcher.KERNELS_VARIABLE) == chosen
+    mine = {launcher.KERNELS_VARIABLE: "1"}  # the user's choice is kept
+    launcher._choose_kernels(argv, mine)
+    assert mine == {launcher.KERNELS_VARIABLE: "1"}
 
 
 # ----------------------------------------------------------------------------- plot
