@@ -31,10 +31,10 @@ export's greedy outputs and timed after one untimed pass that compiles its shape
     python benchmarks/decode.py --run-dir runs/quality_ted \\
         --source ../shared/corpora/ted_pt_en/test.pt --sentences 128
 
-The header names TensorFlow's CPU kernels. On a CPU with AVX-512 TensorFlow turns its
-oneDNN kernels on, which decode slower than its Eigen kernels; `TF_ENABLE_ONEDNN_OPTS=0`
-before the command times Eigen's, as `keras-transformer translate` and the README's
-serving setup run.
+The header names TensorFlow's CPU kernels. On Linux, on CPUs with AVX512-VNNI,
+AVX512-BF16 or AMX, TensorFlow turns its oneDNN kernels on, which decoded slower at
+batch 64 than its Eigen kernels; `TF_ENABLE_ONEDNN_OPTS=0` before the command times
+Eigen's, as `keras-transformer translate` and the README's serving setup run.
 """
 
 from __future__ import annotations
@@ -359,8 +359,9 @@ def compare_with_ctranslate2(args) -> None:
 
 def _tensorflow_settings() -> str:
     """TensorFlow's CPU kernels and intra-op thread setting, for the table's header: on
-    a CPU with AVX-512 its oneDNN kernels are on unless `TF_ENABLE_ONEDNN_OPTS=0`, and
-    they decode slower than its Eigen kernels (benchmarks/README.md)."""
+    CPUs with AVX512-VNNI, AVX512-BF16 or AMX its oneDNN kernels are on unless
+    `TF_ENABLE_ONEDNN_OPTS=0`, and they decoded slower than its Eigen kernels
+    (benchmarks/README.md)."""
     kernels = "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     return f"TensorFlow {kernels} kernels, intra-op threads {threads or 'default'}"

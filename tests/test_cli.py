@@ -249,6 +249,9 @@ def test_no_tensorflow_log_on_stderr(tmp_path):
     TensorFlow's C++ start-up log."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = str(REPO)
+    # oneDNN's kernels on where the CPU has them, so that their notice must be kept quiet
+    # too (`translate` would otherwise choose Eigen's).
+    env[launcher.KERNELS_VARIABLE] = "1"
     missing = tmp_path / "no_model"
     run = subprocess.run(
         [sys.executable, "-m", "keras_transformer_launcher", "translate", "--model", str(missing)]
@@ -283,6 +286,32 @@ def test_commands_that_only_decode_run_on_eigen_kernels(argv, chosen):
     mine = {launcher.KERNELS_VARIABLE: "1"}  # the user's choice is kept
     launcher._choose_kernels(argv, mine)
     assert mine == {launcher.KERNELS_VARIABLE: "1"}
+
+
+def test_the_launcher_chooses_the_kernels_before_tensorflow_loads(monkeypatch):
+    """`main` sets the kernel variable before anything imports TensorFlow (which reads
+    it once, as it loads), and leaves it alone once TensorFlow is loaded."""
+    seen = {}
+    # Set, then removed: monkeypatch restores the variable's absence afterwards, so a
+    # "0" written by `main` does not reach later tests' training subprocesses.
+    monkeypatch.setenv(launcher.KERNELS_VARIABLE, "unset")
+    monkeypatch.delenv(launcher.KERNELS_VARIABLE)
+    monkeypatch.setattr(
+        launcher,
+        "_quiet_tensorflow",
+        lambda: seen.setdefault("at_import", os.environ.get(launcher.KERNELS_VARIABLE)),
+    )
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    monkeypatch.setattr(sys, "argv", ["keras-transformer", "translate", "--model", "m", "x"])
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert launcher.main() == 0
+    assert seen["at_import"] == "0"
+
+    monkeypatch.delenv(launcher.KERNELS_VARIABLE)
+    monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
+    seen.clear()
+    assert launcher.main() == 0
+    assert seen["at_import"] is None  # too late to choose: left as it is
 
 
 # ----------------------------------------------------------------------------- plot

@@ -5,7 +5,8 @@ parses flags, calls library functions and prints. A user error (a file that
 is missing or unreadable, an invalid setting, a bad number) ends the command
 with one line, `keras-transformer: error: ...`, and exit status 2; any other
 exception is a bug and shows its traceback. The console script enters through
-`keras_transformer_launcher`, which keeps TensorFlow's start-up log quiet.
+`keras_transformer_launcher`, which keeps TensorFlow's start-up log quiet and
+chooses TensorFlow's CPU kernels for the commands that only decode.
 """
 
 from __future__ import annotations
