@@ -17,7 +17,7 @@ import argparse
 import time
 
 import tensorflow as tf
-from tensorflow.python.util import _pywrap_util_port
+from common import cpu_kernels
 
 LAYERS = 25
 
@@ -72,7 +72,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2, help="passes over all forms")
     args = parser.parse_args()
 
-    kernels = "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
+    kernels = cpu_kernels()
     print(f"TensorFlow {tf.__version__}, {kernels} kernels; {LAYERS} layers of width {args.width}")
     kernel = tf.random.normal([args.width, args.width], stddev=args.width**-0.5)
     bias = tf.random.normal([args.width], stddev=0.1)

@@ -1,4 +1,5 @@
-"""Shared benchmark helpers: the machine's matmul peak, model FLOPs, the KerasHub peer."""
+"""Shared benchmark helpers: the machine's matmul peak and CPU kernels, model FLOPs, the
+KerasHub peer."""
 
 import time
 
@@ -26,6 +27,14 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10, trials: int = 3) -> flo
         run(a, b).numpy()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 * repeats / best / 1e9
+
+
+def cpu_kernels() -> str:
+    """The CPU kernels TensorFlow runs here: "oneDNN" (its default on Linux on CPUs with
+    AVX512-VNNI, AVX512-BF16 or AMX, unless `TF_ENABLE_ONEDNN_OPTS=0`) or "Eigen"."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
 
 
 def train_flops(

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import keras
 import tensorflow as tf
-from tensorflow.python.util import _pywrap_util_port
+from common import cpu_kernels
 
 from keras_transformer import Transformer
 from keras_transformer.constants import START_ID
@@ -362,9 +362,8 @@ def _tensorflow_settings() -> str:
     CPUs with AVX512-VNNI, AVX512-BF16 or AMX its oneDNN kernels are on unless
     `TF_ENABLE_ONEDNN_OPTS=0`, and they decoded slower than its Eigen kernels
     (benchmarks/README.md)."""
-    kernels = "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
     threads = tf.config.threading.get_intra_op_parallelism_threads()
-    return f"TensorFlow {kernels} kernels, intra-op threads {threads or 'default'}"
+    return f"TensorFlow {cpu_kernels()} kernels, intra-op threads {threads or 'default'}"
 
 
 def main() -> None:
