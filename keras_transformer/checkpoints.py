@@ -164,3 +164,18 @@ def average(paths) -> keras.Model:
     for weight, total in zip(model.weights, sums):
         weight.assign((total / len(paths)).astype(weight.dtype))
     return model
+
+
+def with_dtype(model: keras.Model, dtype: str) -> keras.Model:
+    """`model` computing under the dtype policy `dtype`: itself if it already does, else a
+    copy built from its config with that policy and its weights.
+
+    The variables of a mixed-precision model are float32 like those of a float32 one,
+    so the copy holds exactly the same weights.
+    """
+    if model.dtype_policy.name == keras.dtype_policies.get(dtype).name:
+        return model
+    copy = model.__class__.from_config({**model.get_config(), "dtype": dtype})
+    copy.build(((None, None), (None, None)))
+    copy.set_weights(model.get_weights())
+    return copy

@@ -238,10 +238,20 @@ def load_tokenizers(run_dir: str | os.PathLike):
 
 
 def load_model(
-    run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT, average_last: int | None = None
+    run_dir: str | os.PathLike,
+    checkpoint: str = BEST_CHECKPOINT,
+    average_last: int | None = None,
+    dtype: str | None = "float32",
 ):
     """The run's Transformer from `checkpoint` (best by validation loss by default), or
-    with `average_last=N` the average of its last N epoch checkpoints."""
+    with `average_last=N` the average of its last N epoch checkpoints, computing in `dtype`.
+
+    float32 by default whatever the run trained under: mixed precision is a training
+    lever, and an export of a `mixed_bfloat16` run would otherwise decode in bfloat16,
+    whose 8-bit mantissa can reorder close beam hypotheses and which CPUs without
+    AVX512-BF16 or AMX emulate slowly. Any Keras dtype policy name may be given
+    ("mixed_float16" to serve on a GPU); None keeps the policy the run trained under.
+    """
     if average_last:
         kept = epoch_checkpoints(run_dir)
         if len(kept) < average_last:
@@ -249,17 +259,23 @@ def load_model(
                 f"Cannot average the last {average_last} epochs: {Path(run_dir) / CHECKPOINT_DIR} "
                 f"keeps {len(kept)} epoch checkpoints (train with --keep-epoch-checkpoints N)."
             )
-        return checkpoints.average(kept[-average_last:])
-    path = Path(run_dir) / checkpoint
-    if not path.is_file():
-        raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")
-    return checkpoints.load_model(path)
+        model = checkpoints.average(kept[-average_last:])
+    else:
+        path = Path(run_dir) / checkpoint
+        if not path.is_file():
+            raise FileNotFoundError(f"No checkpoint at {path}: has the run finished an epoch?")
+        model = checkpoints.load_model(path)
+    return model if dtype is None else checkpoints.with_dtype(model, dtype)
 
 
 def load_run(
-    run_dir: str | os.PathLike, checkpoint: str = BEST_CHECKPOINT, average_last: int | None = None
+    run_dir: str | os.PathLike,
+    checkpoint: str = BEST_CHECKPOINT,
+    average_last: int | None = None,
+    dtype: str | None = "float32",
 ):
-    """(model, source_tokenizer, target_tokenizer, config) of a finished run."""
+    """(model, source_tokenizer, target_tokenizer, config) of a finished run; the model
+    as `load_model` gives it."""
     source, target = load_tokenizers(run_dir)
-    model = load_model(run_dir, checkpoint, average_last)
+    model = load_model(run_dir, checkpoint, average_last, dtype)
     return model, source, target, read_config(run_dir)

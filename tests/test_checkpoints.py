@@ -62,3 +62,21 @@ def test_run_directory_averages_its_last_epochs_or_says_why_not(tmp_path):
         assert_close(a, b, atol=0)
     with pytest.raises(ValueError, match="keeps 3 epoch checkpoints"):
         run_dir.load_model(tmp_path, average_last=4)
+
+
+def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(tmp_path):
+    # An export of a run trained under mixed_bfloat16 must not decode in bfloat16.
+    trained = tiny_transformer(dtype="mixed_bfloat16")
+    path = run_dir.epoch_checkpoint(tmp_path, 1)
+    path.parent.mkdir()
+    trained.save(path)
+    trained.save(tmp_path / run_dir.BEST_CHECKPOINT)
+    reference = tiny_transformer(seed=1)  # float32, other weights until set
+    reference.set_weights(trained.get_weights())
+    ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
+    for model in (run_dir.load_model(tmp_path), run_dir.load_model(tmp_path, average_last=1)):
+        assert {layer.compute_dtype for layer in model._flatten_layers()} == {"float32"}
+        for loaded, kept in zip(model.weights, trained.weights):
+            assert_close(loaded, kept, atol=0)
+        assert_close(model((ids, ids)), reference((ids, ids)), atol=0)
+    assert run_dir.load_model(tmp_path, dtype=None).compute_dtype == "bfloat16"
