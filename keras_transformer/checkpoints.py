@@ -167,15 +167,23 @@ def average(paths) -> keras.Model:
 
 
 def with_dtype(model: keras.Model, dtype: str) -> keras.Model:
-    """`model` computing under the dtype policy `dtype`: itself if it already does, else a
-    copy built from its config with that policy and its weights.
+    """`model` (a built Transformer) computing under the dtype policy `dtype`: itself if
+    it already does, else a copy built from its config with that policy and its weights.
 
-    The variables of a mixed-precision model are float32 like those of a float32 one,
-    so the copy holds exactly the same weights.
+    Only policies that keep the variables' dtype are accepted ("float32" and the mixed
+    policies, whose variables are float32), so the copy holds exactly the same weights;
+    "bfloat16" would round them, and raises ValueError.
     """
-    if model.dtype_policy.name == keras.dtype_policies.get(dtype).name:
+    policy = keras.dtype_policies.get(dtype)
+    if policy.name == model.dtype_policy.name:
         return model
-    copy = model.__class__.from_config({**model.get_config(), "dtype": dtype})
-    copy.build(((None, None), (None, None)))
+    if policy.variable_dtype != model.dtype_policy.variable_dtype:
+        raise ValueError(
+            f"Cannot give a model with {model.dtype_policy.variable_dtype} weights the dtype "
+            f"policy {policy.name!r}: its {policy.variable_dtype} weights would round them. "
+            'Use "float32" or a mixed policy such as "mixed_bfloat16".'
+        )
+    copy = model.__class__.from_config({**model.get_config(), "dtype": policy.name})
+    copy.build_from_config(model.get_build_config())
     copy.set_weights(model.get_weights())
     return copy

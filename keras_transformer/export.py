@@ -169,7 +169,9 @@ def export_run(
     **translator_kwargs,
 ) -> Path:
     """Exports the best checkpoint of a training run directory (see `run_dir.py`), or with
-    `average_last=N` the average of its last N epoch checkpoints.
+    `average_last=N` the average of its last N epoch checkpoints, computing in float32
+    whatever policy the run trained under (`run_dir.load_model`; to export under another,
+    pass `export_translator` a model from `run_dir.load_run(run_dir, dtype=...)`).
 
     Sources are cut where the run's training cut them (`source_limit_of_run`)
     unless `max_source_length` is given.

@@ -249,8 +249,9 @@ def load_model(
     float32 by default whatever the run trained under: mixed precision is a training
     lever, and an export of a `mixed_bfloat16` run would otherwise decode in bfloat16,
     whose 8-bit mantissa can reorder close beam hypotheses and which CPUs without
-    AVX512-BF16 or AMX emulate slowly. Any Keras dtype policy name may be given
-    ("mixed_float16" to serve on a GPU); None keeps the policy the run trained under.
+    AVX512-BF16 or AMX emulate slowly. A mixed policy name ("mixed_float16",
+    "mixed_bfloat16") computes in 16 bits; None keeps the policy the run trained under
+    (`checkpoints.with_dtype`).
     """
     if average_last:
         kept = epoch_checkpoints(run_dir)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import checkpoints, run_dir
-from tests.helpers import assert_close, tiny_transformer
+from tests.helpers import BFLOAT16_ATOL, assert_close, tiny_transformer
 
 DATA = Path(__file__).parent / "data"
 
@@ -64,19 +64,29 @@ def test_run_directory_averages_its_last_epochs_or_says_why_not(tmp_path):
         run_dir.load_model(tmp_path, average_last=4)
 
 
-def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["separate", "shared_embeddings"])
+def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(tmp_path, shared):
     # An export of a run trained under mixed_bfloat16 must not decode in bfloat16.
-    trained = tiny_transformer(dtype="mixed_bfloat16")
+    options = dict(share_embeddings=True, tie_embeddings=True) if shared else {}
+    trained = tiny_transformer(dtype="mixed_bfloat16", vocab_size=20, **options)
     path = run_dir.epoch_checkpoint(tmp_path, 1)
     path.parent.mkdir()
     trained.save(path)
     trained.save(tmp_path / run_dir.BEST_CHECKPOINT)
-    reference = tiny_transformer(seed=1)  # float32, other weights until set
+    reference = tiny_transformer(seed=1, vocab_size=20, **options)  # float32, other weights
     reference.set_weights(trained.get_weights())
     ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
     for model in (run_dir.load_model(tmp_path), run_dir.load_model(tmp_path, average_last=1)):
+        # _flatten_layers: Keras has no public recursive list of a subclassed model's layers.
         assert {layer.compute_dtype for layer in model._flatten_layers()} == {"float32"}
-        for loaded, kept in zip(model.weights, trained.weights):
+        assert [w.path for w in model.weights] == [w.path for w in trained.weights]
+        for loaded, kept in zip(model.weights, trained.weights, strict=True):
             assert_close(loaded, kept, atol=0)
         assert_close(model((ids, ids)), reference((ids, ids)), atol=0)
+        assert_close(model((ids, ids)), trained((ids, ids)), atol=BFLOAT16_ATOL)
     assert run_dir.load_model(tmp_path, dtype=None).compute_dtype == "bfloat16"
+
+
+def test_a_policy_that_would_round_the_weights_is_refused():
+    with pytest.raises(ValueError, match="would round them"):
+        checkpoints.with_dtype(tiny_transformer(), "bfloat16")

@@ -98,7 +98,8 @@ def add_export_parser(subparsers) -> None:
         "export",
         help="export a training run as a SavedModel for TF Serving",
         description="Write RUN_DIR's best checkpoint with its tokenizers to "
-        "EXPORT_ROOT/NAME/VERSION/ (TF Serving layout).",
+        "EXPORT_ROOT/NAME/VERSION/ (TF Serving layout), computing in float32 even if the "
+        "run trained under --mixed-precision.",
     )
     parser.add_argument(
         "run_dir",
