@@ -69,6 +69,10 @@ SETTING_HELP = {
     "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces)",
     "shared_vocab": "one joint vocabulary for source and target, learned from both sides",
     "subword_model": "SentencePiece's algorithm: unigram or bpe (tokenizer sentencepiece)",
+    "subword_alpha": "subword regularization of the training pairs (tokenizer sentencepiece): "
+    "each epoch samples new segmentations, unigram's at this smoothing (in (0, 1]: smaller "
+    "is more varied) or BPE's with this dropout of merges; validation and translation take "
+    "the best segmentation (0: none)",
     "vocab_size": "size of each vocabulary, or of the joint one (a small corpus gives fewer; "
     "SentencePiece needs more than 260)",
     "vocab_lower_thresh": "fewest occurrences of a word piece to enter the vocabulary "
@@ -134,6 +138,7 @@ class _RunSettings:
     tokenizer: str = "sentencepiece"
     shared_vocab: bool = False
     subword_model: str = "unigram"  # "unigram" or "bpe" (SentencePiece only)
+    subword_alpha: float = 0.0  # sampled segmentations in training (SentencePiece only)
     vocab_size: int = 8000
     vocab_lower_thresh: int = 5  # WordPiece only
     lower_case: bool = False
@@ -204,6 +209,15 @@ class _RunSettings:
                 f"vocab_size must be at least {smallest} with tokenizer='sentencepiece' (its "
                 f"{len(RESERVED_TOKENS)} reserved and {BYTE_PIECES} byte pieces come first). "
                 f"Received: vocab_size={self.vocab_size}; raise it, or use tokenizer='wordpiece'."
+            )
+        if not 0 <= self.subword_alpha <= 1:
+            raise ValueError(
+                f"subword_alpha must be in [0, 1]. Received: subword_alpha={self.subword_alpha}"
+            )
+        if self.subword_alpha and self.tokenizer != "sentencepiece":
+            raise ValueError(
+                "subword_alpha samples segmentations, which only tokenizer='sentencepiece' can "
+                f"do. Received: tokenizer={self.tokenizer!r}, subword_alpha={self.subword_alpha}"
             )
 
     def model_kwargs(self, input_vocab_size: int, target_vocab_size: int) -> dict:

@@ -275,14 +275,35 @@ def _as_string_dataset(pairs: Sequence[Pair] | tf.data.Dataset) -> tf.data.Datas
 
 
 def tokenize_pairs(
-    pairs: Sequence[Pair] | tf.data.Dataset, source_tokenizer, target_tokenizer
+    pairs: Sequence[Pair] | tf.data.Dataset,
+    source_tokenizer,
+    target_tokenizer,
+    subword_alpha: float = 0.0,
 ) -> tf.data.Dataset:
-    """Pairs -> dataset of `(source_ids, target_ids)` 1-D int64 (with START/END)."""
+    """Pairs -> dataset of `(source_ids, target_ids)` 1-D int64 (with START/END).
+
+    With `subword_alpha`, segmentations are sampled (`tokenize_sampled`) anew
+    each time the dataset is iterated.
+    """
+    if subword_alpha:
+        for tokenizer in (source_tokenizer, target_tokenizer):
+            if not hasattr(tokenizer, "tokenize_sampled"):
+                raise ValueError(
+                    f"subword_alpha={subword_alpha} samples segmentations, which a "
+                    f"{type(tokenizer).__name__} cannot: use SentencePiece tokenizers, or "
+                    "subword_alpha=0."
+                )
+
+    def tokenize(tokenizer, strings):
+        if subword_alpha:
+            return tokenizer.tokenize_sampled(strings, subword_alpha)
+        return tokenizer.tokenize(strings)
+
     return (
         _as_string_dataset(pairs)
         .batch(1024)
         .map(
-            lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
+            lambda s, t: (tokenize(source_tokenizer, s), tokenize(target_tokenizer, t)),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         .unbatch()
@@ -301,6 +322,7 @@ def make_batches(
     overlong: str = "truncate",
     seed: int | None = None,
     cache: bool = True,
+    subword_alpha: float = 0.0,
 ) -> tf.data.Dataset:
     """Batches of `((context, target_in), target_out)`, int64, padded with 0.
 
@@ -320,23 +342,26 @@ def make_batches(
         batch_tokens: token budget per batch instead: a bucket of padded
             length L gets `batch_tokens // L` pairs a batch.
         shuffle: reshuffle the pairs every epoch.
-        cache: keep the tokenized pairs in memory (tokenize once).
+        cache: keep the tokenized pairs in memory (tokenize once); with
+            `subword_alpha`, the text pairs.
+        subword_alpha: when positive, subword regularization: every epoch
+            tokenizes the pairs again with segmentations sampled at this alpha
+            (`SentencePieceTokenizer.tokenize_sampled`). Samples differ in
+            length from epoch to epoch, and so does the number of batches they
+            fill: an epoch is then as many batches as the best segmentations
+            fill, taken from an endless stream of sampled epochs.
     """
     if overlong not in ("truncate", "drop"):
         raise ValueError(f"overlong must be 'truncate' or 'drop'. Received: {overlong!r}")
     if max_tokens < 2:
         raise ValueError(f"max_tokens must be at least 2. Received: max_tokens={max_tokens}")
-    ds = tokenize_pairs(pairs, source_tokenizer, target_tokenizer)
-    if overlong == "drop":
-        # target keeps one more token: target_in and target_out are each one shorter.
-        ds = ds.filter(
-            lambda s, t: tf.logical_and(tf.size(s) <= max_tokens, tf.size(t) <= max_tokens + 1)
-        )
-    ds = ds.map(
-        lambda s, t: ((s[:max_tokens], t[: max_tokens + 1][:-1]), t[: max_tokens + 1][1:]),
-        num_parallel_calls=tf.data.AUTOTUNE,
+    pairs = _as_string_dataset(pairs)
+    if subword_alpha and cache:
+        pairs = pairs.cache()
+    ds = _model_inputs(
+        tokenize_pairs(pairs, source_tokenizer, target_tokenizer), max_tokens, overlong
     )
-    if cache:
+    if cache and not subword_alpha:
         ds = ds.cache()
 
     lengths = bucket_boundaries(max_tokens)
@@ -351,7 +376,13 @@ def make_batches(
     batch_sizes = sizes + [sizes[-1]]
     # With `cache`, this pass also fills the cache that every epoch then reads.
     num_batches = _batches_per_epoch(ds, boundaries, batch_sizes)
-    if shuffle:
+    if subword_alpha:
+        # Shuffled as text, then sampled: every pass segments every pair anew.
+        if shuffle:
+            pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        sampled = tokenize_pairs(pairs.repeat(), source_tokenizer, target_tokenizer, subword_alpha)
+        ds = _model_inputs(sampled, max_tokens, overlong)
+    elif shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = ds.bucket_by_sequence_length(
         element_length_func=_pair_length,
@@ -360,10 +391,26 @@ def make_batches(
         padded_shapes=(([None], [None]), [None]),
         pad_to_bucket_boundary=True,
     )
-    # Bucketing hides the number of batches from tf.data; without it Keras shows
-    # "Unknown" steps in the first epoch and warns that the input ran out of data.
-    ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
+    if subword_alpha:
+        ds = ds.take(num_batches)
+    else:
+        # Bucketing hides the number of batches from tf.data; without it Keras shows
+        # "Unknown" steps in the first epoch and warns that the input ran out of data.
+        ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _model_inputs(pairs: tf.data.Dataset, max_tokens: int, overlong: str) -> tf.data.Dataset:
+    """Token pairs -> `((context, target_in), target_out)`, overlong ones cut or dropped."""
+    if overlong == "drop":
+        # target keeps one more token: target_in and target_out are each one shorter.
+        pairs = pairs.filter(
+            lambda s, t: tf.logical_and(tf.size(s) <= max_tokens, tf.size(t) <= max_tokens + 1)
+        )
+    return pairs.map(
+        lambda s, t: ((s[:max_tokens], t[: max_tokens + 1][:-1]), t[: max_tokens + 1][1:]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def _pair_length(inputs, target_out):

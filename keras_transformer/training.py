@@ -198,6 +198,7 @@ def train(
         shuffle=True,
         shuffle_buffer=config.shuffle_buffer,
         seed=config.seed,
+        subword_alpha=config.subword_alpha,
         **batch_args,
     )
     val_batches = data.make_batches(

@@ -268,11 +268,31 @@ class SentencePieceTokenizer(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
         """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
+        return self._tokenize(strings, nbest_size=0, alpha=1.0)  # the best segmentation
+
+    def tokenize_sampled(self, strings, alpha):
+        """As `tokenize`, but each call draws a segmentation of each string at random.
+
+        Subword regularization for training (Kudo, 2018; Provilkov et al., 2020):
+        a unigram model samples among all segmentations, weighted by their
+        probability to the power `alpha` (1 follows the model; smaller values are
+        flatter and give more, shorter pieces); a BPE model drops each merge with
+        probability `alpha` (BPE-dropout). Every sample detokenizes to the same
+        text as `tokenize`'s ids. The draws come from SentencePiece's own random
+        generator, which no TensorFlow seed reaches. Not part of a SavedModel:
+        translation always takes the best segmentation.
+        """
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1]. Received: alpha={alpha}")
+        # nbest_size -1: sample from every segmentation (unigram); BPE ignores it.
+        return self._tokenize(strings, nbest_size=-1, alpha=alpha)
+
+    def _tokenize(self, strings, nbest_size, alpha):
         values, row_splits = sentencepiece_ops.sentencepiece_tokenize_op(
             self._model.resource_handle,
             self._normalize(strings),
-            nbest_size=0,  # the best segmentation, no sampling
-            alpha=1.0,
+            nbest_size=nbest_size,
+            alpha=alpha,
             add_bos=False,
             add_eos=False,
             reverse=False,
