@@ -47,3 +47,14 @@ def test_shared_embeddings_need_the_shared_vocabulary():
 def test_a_cooldown_share_outside_zero_to_one_is_refused(share):
     with pytest.raises(ValueError, match=r"lr_cooldown must be in \[0, 1\)"):
         TrainConfig(lr_cooldown=share).validate()
+
+
+def test_subword_alpha_is_a_flag_and_is_checked():
+    args = cli.build_parser().parse_args(["train", "--run-dir", "x", "--subword-alpha", "0.3"])
+    assert cli.config_from_args(args).subword_alpha == 0.3
+    for alpha in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"subword_alpha must be in \[0, 1\]"):
+            TrainConfig(subword_alpha=alpha).validate()
+    with pytest.raises(ValueError, match="only tokenizer='sentencepiece' can do"):
+        TrainConfig(tokenizer="wordpiece", subword_alpha=0.2).validate()
+    TrainConfig(tokenizer="wordpiece").validate()

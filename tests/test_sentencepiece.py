@@ -11,7 +11,7 @@ import sentencepiece
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer import data
+from keras_transformer import corpora
 from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from keras_transformer.tokenizers import (
     SentencePieceTokenizer,
@@ -48,7 +48,7 @@ WRITTEN = [
 DEMO_SENTENCES = [
     sentence
     for languages in (("en", "pt"), ("de", "fr"))
-    for pair in data.demo_corpus(80, seed=3, source_lang=languages[0], target_lang=languages[1])
+    for pair in corpora.demo_corpus(80, seed=3, source_lang=languages[0], target_lang=languages[1])
     for sentence in pair
 ]
 TRAINING_TEXT = WRITTEN * 3 + DEMO_SENTENCES
@@ -208,6 +208,37 @@ def test_bpe_option_round_trips_too():
     bpe = SentencePieceTokenizer(proto)
     text = _texts(bpe.detokenize(bpe.tokenize(tf.constant(ALL_ROUND_TRIP + [EMOJI]))))
     assert text == ALL_ROUND_TRIP + [EMOJI]
+
+
+@pytest.mark.parametrize("model_type, alpha", [("unigram", 0.3), ("bpe", 0.2)])
+def test_sampled_segmentations_vary_and_round_trip(model_type, alpha):
+    proto = learn_sentencepiece_model(TRAINING_TEXT, vocab_size=500, model_type=model_type)
+    sampler = SentencePieceTokenizer(proto)
+    sentences = ALL_ROUND_TRIP + [EMOJI]
+    best = sampler.tokenize(tf.constant(sentences)).to_list()
+    draws = [sampler.tokenize_sampled(tf.constant(sentences), alpha) for _ in range(8)]
+    for ids in draws:
+        rows = ids.to_list()
+        assert all(row[0] == START_ID and row[-1] == END_ID for row in rows)
+        assert all(UNK_ID not in row and PAD_ID not in row for row in rows)
+        # Every segmentation spells the same text as the best one.
+        assert _texts(sampler.detokenize(ids)) == _normalized(sentences)
+    # Segmentations differ from draw to draw and from the best one, ...
+    segmentations = {tuple(map(tuple, ids.to_list())) for ids in draws}
+    assert len(segmentations) == len(draws)
+    assert all(ids.to_list() != best for ids in draws)
+    # ... and the best one stays what tokenize gives, sampling or not.
+    assert sampler.tokenize(tf.constant(sentences)).to_list() == best
+
+
+def test_sampling_runs_in_tf_data_and_refuses_a_bad_alpha(tokenizer):
+    strings = tf.data.Dataset.from_tensor_slices(ALL_ROUND_TRIP).batch(4)
+    sampled = strings.map(lambda s: tokenizer.tokenize_sampled(s, 0.3)).repeat(2)
+    texts = [text for ids in sampled for text in _texts(tokenizer.detokenize(ids))]
+    assert texts == _normalized(ALL_ROUND_TRIP) * 2
+    for alpha in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+            tokenizer.tokenize_sampled(tf.constant(["x"]), alpha)
 
 
 def test_joint_model_serves_both_languages():

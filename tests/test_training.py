@@ -83,6 +83,7 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
         clip_norm=1.0,
         keep_epoch_checkpoints=2,
         lr_cooldown=0.3,
+        subword_alpha=0.2,
     )
     training.train(settings, tmp_path, verbose=0)
     assert [p.name for p in run_dir.epoch_checkpoints(tmp_path)] == [
@@ -97,8 +98,9 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
     assert optimizer._learning_rate.fraction == 0.3
     assert isinstance(optimizer._learning_rate.schedule, InverseSqrtSchedule)
     assert optimizer._learning_rate.schedule.peak_learning_rate == 2e-3
-    averaged, *_ = run_dir.load_run(tmp_path, average_last=2)
+    averaged, *_, config = run_dir.load_run(tmp_path, average_last=2)
     assert averaged.count_params() == run_dir.load_model(tmp_path).count_params()
+    assert config["training"]["subword_alpha"] == 0.2
 
 
 def _epochs_started(log: str) -> list[int]:
