@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from keras_transformer import data
+from keras_transformer import corpora
 from keras_transformer.config import TrainConfig
 from keras_transformer.export import (
     DEFAULT_EXPORT_ROOT,
@@ -116,9 +116,9 @@ def run_demo(
         config = TrainConfig.from_dict(config)
     history = train(config, run_dir, verbose=verbose)
     export_dir = export_run(run_dir, export_root, name=name)
-    _, val_pairs = data.load_corpus(config)
+    _, val_pairs = corpora.load_corpus(config)
     held_out = _first_pairs(val_pairs, examples)
-    results = translate_texts(load_translator(export_dir), data.texts(held_out, 0))
+    results = translate_texts(load_translator(export_dir), corpora.texts(held_out, 0))
     translations = [
         DemoTranslation(
             source,

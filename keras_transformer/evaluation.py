@@ -18,7 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tqdm.auto import tqdm
 
-from keras_transformer import data
+from keras_transformer import corpora
 from keras_transformer.export import load_translator, translate_texts
 
 DEFAULT_TOKENIZE = "13a"
@@ -72,9 +72,9 @@ def moses_form(lines: Sequence[str], lang: str, lowercase: bool = True) -> list[
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Lines of a UTF-8 text file, without line ends (undecodable bytes are an error),
-    split as `data.split_lines` splits them."""
+    split as `corpora.split_lines` splits them."""
     with open(path, "rb") as f:
-        lines = data.split_lines(f.read())
+        lines = corpora.split_lines(f.read())
     try:
         return [line.decode("utf-8") for line in lines]
     except UnicodeDecodeError as error:

@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import atomic, data, distribute
+from keras_transformer import atomic, corpora, data, distribute
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
 from keras_transformer.config import TrainConfig, read_config_file
@@ -80,7 +80,7 @@ def build_tokenizers(config: TrainConfig, train_pairs, run_dir: Path):
 
 def _training_texts(train_pairs, sides: list[int]):
     """The training sentences of `sides` (0: source, 1: target), one after the other."""
-    texts = [data.texts(train_pairs, side) for side in sides]
+    texts = [corpora.texts(train_pairs, side) for side in sides]
     if isinstance(texts[0], tf.data.Dataset):
         joined = texts[0]
         for more in texts[1:]:
@@ -157,7 +157,7 @@ def train(
     run_dir = Path(run_dir)
     keras.utils.set_random_seed(config.seed)
     # Read first: a missing or unreadable corpus leaves no run directory behind.
-    train_pairs, val_pairs = data.load_corpus(config)
+    train_pairs, val_pairs = corpora.load_corpus(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     # What writers killed mid-write left (the real files are whole: see atomic.py).
     atomic.remove_partial_files(

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Image, display
 
-from keras_transformer import data, demo, evaluation, export, plotting, run_dir, training
+from keras_transformer import corpora, demo, evaluation, export, plotting, run_dir, training
 from keras_transformer.demo import target_normalized
 from keras_transformer.translator import Translator
 
@@ -73,9 +73,9 @@ display(Image(filename=str(RUN_DIR / run_dir.CURVES_FILE)))
 # %%
 model, source_tokenizer, target_tokenizer, _ = run_dir.load_run(RUN_DIR)
 translator = Translator(model, source_tokenizer, target_tokenizer, beam_width=4)
-_, val_pairs = data.load_corpus(config)
+_, val_pairs = corpora.load_corpus(config)
 examples = val_pairs[:5]
-sources = data.texts(examples, 0)
+sources = corpora.texts(examples, 0)
 
 
 def strings(outputs):
@@ -125,7 +125,7 @@ plt.show()
 
 # %%
 test_pairs = val_pairs[: 48 if QUICK else 500]
-references = [target_normalized(t) for t in data.texts(test_pairs, 1)]
+references = [target_normalized(t) for t in corpora.texts(test_pairs, 1)]
 
 
 def translate_batch(batch):
@@ -134,7 +134,7 @@ def translate_batch(batch):
 
 result = evaluation.evaluate(
     translate_batch,
-    data.texts(test_pairs, 0),
+    corpora.texts(test_pairs, 0),
     references,
     tokenize="none",
     output_dir=WORKDIR / "evaluation",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import data, run_dir
+from keras_transformer import corpora, run_dir
 from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
 from tests.helpers import tiny_transformer, tiny_transformer_kwargs
@@ -103,11 +103,11 @@ def tiny_run_dir(tiny_translation_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def demo_pairs():
-    return data.demo_corpus(num_pairs=600, seed=1)
+    return corpora.demo_corpus(num_pairs=600, seed=1)
 
 
 @pytest.fixture(scope="session")
 def demo_tokenizers(demo_pairs):
-    source = learn_vocabulary(data.texts(demo_pairs, 0), vocab_size=300, lower_thresh=1)
-    target = learn_vocabulary(data.texts(demo_pairs, 1), vocab_size=300, lower_thresh=1)
+    source = learn_vocabulary(corpora.texts(demo_pairs, 0), vocab_size=300, lower_thresh=1)
+    target = learn_vocabulary(corpora.texts(demo_pairs, 1), vocab_size=300, lower_thresh=1)
     return Tokenizer(source), Tokenizer(target)

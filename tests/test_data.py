@@ -1,80 +1,13 @@
-"""Corpora readers and the batching pipeline."""
+"""The batching pipeline (`data.make_batches`)."""
 
-import logging
-import time
 import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import data
+from keras_transformer import corpora, data
 from keras_transformer.constants import END_ID, START_ID
-
-
-def test_demo_corpus_is_deterministic_distinct_and_bilingual():
-    pairs = data.demo_corpus(num_pairs=300, seed=3)
-    assert pairs == data.demo_corpus(num_pairs=300, seed=3)
-    assert pairs != data.demo_corpus(num_pairs=300, seed=4)
-    assert len(pairs) == len(set(pairs)) == 300
-    assert all(src and tgt for src, tgt in pairs)
-    assert sum(src != tgt for src, tgt in pairs) >= 299  # only "zero" reads the same
-    german = dict(data.demo_corpus(num_pairs=50, seed=3, target_lang="de"))
-    assert set(german) == {src for src, _ in pairs[:50]}
-    with pytest.raises(ValueError, match="num_pairs"):
-        data.demo_corpus(num_pairs=0)
-
-
-def _write(path, lines: list[bytes]):
-    path.write_bytes(b"".join(line + b"\n" for line in lines))
-    return path
-
-
-def test_misaligned_files_are_rejected_naming_both_files_and_counts(tmp_path):
-    src = _write(tmp_path / "train.pt", [b"um", b"dois", b"tr\xc3\xaas"])
-    tgt = _write(tmp_path / "train.en", [b"one", b"two"])
-    with pytest.raises(ValueError) as error:
-        data.read_parallel_files(src, tgt)
-    message = str(error.value)
-    assert str(src) in message and str(tgt) in message
-    assert "3 lines" in message and "2 lines" in message
-
-
-def test_empty_and_undecodable_lines_are_skipped_as_pairs_and_reported(tmp_path, caplog):
-    src = _write(tmp_path / "s", [b"um", b"", b"tr\xc3\xaas", b"\xff quatro", b"cinco\r"])
-    tgt = _write(tmp_path / "t", [b"one", b"two", b"  ", b"four", b"five"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        pairs = data.read_parallel_files(src, tgt)
-    # Every kept pair is still aligned (no shift after a skipped line).
-    assert pairs == [("um", "one"), ("cinco", "five")]
-    report = caplog.text
-    assert "skipped 3 of 5 lines" in report
-    assert "empty source (line 2)" in report and "empty target (line 3)" in report
-    assert "undecodable UTF-8 in source (line 4)" in report
-    with pytest.raises(ValueError, match="line 2: empty source"):
-        data.read_parallel_files(src, tgt, on_error="raise")
-
-
-def test_unicode_line_separators_inside_a_sentence_do_not_split_it(tmp_path):
-    src = _write(tmp_path / "s", ["a\u2028b".encode(), "c\x85d".encode(), b"e"])
-    tgt = _write(tmp_path / "t", [b"1", b"2", b"3"])
-    assert [t for _, t in data.read_parallel_files(src, tgt)] == ["1", "2", "3"]
-
-
-def test_read_tsv(tmp_path, caplog):
-    path = _write(tmp_path / "c.tsv", [b"um\tone", b"no tab", b"a\tb\tc", "três\tthree".encode()])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        assert data.read_tsv(path) == [("um", "one"), ("três", "three")]
-    assert "skipped 2 of 4 lines" in caplog.text
-
-
-def test_load_tfds_offline_fails_fast_naming_local_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_can_reach", lambda *args, **kwargs: False)
-    start = time.perf_counter()
-    with pytest.raises(RuntimeError) as error:
-        data.load_tfds(split="train", data_dir=str(tmp_path))
-    assert time.perf_counter() - start < 30
-    assert "--src" in str(error.value) and "--tgt" in str(error.value)
 
 
 def _batches(pairs, tokenizers, **kwargs):
@@ -151,7 +84,7 @@ def test_cardinality_is_the_number_of_batches_of_every_epoch(
 ):
     pairs = demo_pairs
     if as_dataset:  # as load_tfds gives them
-        sources, targets = data.texts(demo_pairs, 0), data.texts(demo_pairs, 1)
+        sources, targets = corpora.texts(demo_pairs, 0), corpora.texts(demo_pairs, 1)
         pairs = tf.data.Dataset.from_tensor_slices((sources, targets))
     batches = data.make_batches(pairs, *demo_tokenizers, shuffle=True, seed=0, **sizes)
     expected = int(batches.cardinality())
@@ -159,6 +92,62 @@ def test_cardinality_is_the_number_of_batches_of_every_epoch(
     assert expected > 0 and len(first) == len(second) == expected
     # The epochs were shuffled differently, and yet made as many batches.
     assert any(not np.array_equal(a[1], b[1]) for a, b in zip(first, second))
+
+
+@pytest.fixture(scope="module")
+def joint_sentencepiece(demo_pairs):
+    from keras_transformer.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
+
+    texts = corpora.texts(demo_pairs, 0) + corpora.texts(demo_pairs, 1)
+    return SentencePieceTokenizer(learn_sentencepiece_model(texts, vocab_size=400))
+
+
+def _rows(batches, tokenizer) -> list[tuple]:
+    """`((source, target), source ids, target ids)` of every row, texts detokenized."""
+    rows = []
+    for (context, target_in), target_out in batches:
+        # target_in and target_out are one sequence shifted by one, as without sampling.
+        np.testing.assert_array_equal(
+            target_in[:, 1:], target_out[:, :-1] * (target_in.numpy()[:, 1:] > 0)
+        )
+        context = tf.RaggedTensor.from_tensor(context, padding=0)
+        target_out = tf.RaggedTensor.from_tensor(target_out, padding=0)
+        sources = [text.decode() for text in tokenizer.detokenize(context).numpy()]
+        targets = [text.decode() for text in tokenizer.detokenize(target_out).numpy()]
+        ids = zip(map(tuple, context.to_list()), map(tuple, target_out.to_list()), strict=True)
+        rows += [(pair, *row) for pair, row in zip(zip(sources, targets), ids, strict=True)]
+    return rows
+
+
+def test_subword_sampling_segments_every_epoch_anew(demo_pairs, joint_sentencepiece):
+    tokenizers = (joint_sentencepiece, joint_sentencepiece)
+    best = data.make_batches(demo_pairs, *tokenizers, batch_size=16, seed=0)
+    sampled = data.make_batches(demo_pairs, *tokenizers, batch_size=16, seed=0, subword_alpha=0.2)
+    # An epoch is as many batches as the best segmentations fill: Keras knows its steps.
+    assert int(sampled.cardinality()) == int(best.cardinality()) > 0
+    epochs = [list(sampled), list(sampled)]
+    assert [len(epoch) for epoch in epochs] == [int(best.cardinality())] * 2
+    best_ids = {pair: ids for pair, *ids in _rows(best, joint_sentencepiece)}
+    seen = {}
+    for epoch in epochs:
+        rows = _rows(epoch, joint_sentencepiece)
+        # Every row is one of the corpus's pairs, whole, and the epoch covers the corpus.
+        assert {pair for pair, *_ in rows} <= set(best_ids)
+        assert len({pair for pair, *_ in rows}) > 0.8 * len(demo_pairs)
+        # Most rows are segmented otherwise than the best segmentation, and longer.
+        differ = [pair for pair, *ids in rows if ids != list(best_ids[pair])]
+        assert len(differ) > len(rows) / 2
+        tokens = sum(len(source) + len(target) for _, source, target in rows)
+        assert tokens > sum(len(s) + len(t) for s, t in (best_ids[p] for p, *_ in rows))
+        for pair, *ids in rows:
+            seen.setdefault(pair, set()).add(tuple(ids))
+    # The same pair is segmented anew in the second epoch.
+    assert sum(len(segmentations) > 1 for segmentations in seen.values()) > len(seen) / 2
+
+
+def test_subword_sampling_needs_sentencepiece(demo_pairs, demo_tokenizers):
+    with pytest.raises(ValueError, match="use SentencePiece tokenizers, or subword_alpha=0"):
+        data.make_batches(demo_pairs, *demo_tokenizers, subword_alpha=0.2)
 
 
 def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys):
@@ -175,91 +164,3 @@ def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys):
     progress = capsys.readouterr().out
     # Keras writes "1/Unknown" while a dataset's cardinality is unknown.
     assert "Epoch 1/2" in progress and "Unknown" not in progress
-
-
-# ----------------------------------------------------------------------------- hostile corpora
-# Each case has one clear outcome: the pairs as meant, a counted skip, or an
-# error naming the file and the problem; never a shifted pair.
-
-
-def test_crlf_endings_a_byte_order_mark_and_a_last_line_without_newline(tmp_path):
-    src = tmp_path / "s"
-    src.write_bytes(b"\xef\xbb\xbfum\r\ndois\r\ntr\xc3\xaas")  # BOM, CRLF, no final newline
-    tgt = _write(tmp_path / "t", [b"\xef\xbb\xbfone", b"two", b"three"])
-    assert data.read_parallel_files(src, tgt) == [("um", "one"), ("dois", "two"), ("três", "three")]
-    tsv = tmp_path / "c.tsv"
-    tsv.write_bytes(b"\xef\xbb\xbfum\tone\r\ndois\ttwo")
-    assert data.read_tsv(tsv) == [("um", "one"), ("dois", "two")]
-
-
-def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
-    # Equal line counts, but a reader with universal newlines would see 4 source
-    # lines and shift every pair after the second.
-    src = _write(tmp_path / "s", [b"um", b"dois\rdois e meio", b"tr\xc3\xaas"])
-    tgt = _write(tmp_path / "t", [b"one", b"two", b"three"])
-    pairs = data.read_parallel_files(src, tgt)
-    assert [t for _, t in pairs] == ["one", "two", "three"]
-    assert pairs[1][0] == "dois\rdois e meio"
-
-
-def test_nul_bytes_and_latin_1_lines_are_counted_skips(tmp_path, caplog):
-    src = _write(tmp_path / "s", [b"um", b"d\x00ois", b"tr\xeas", b"quatro"])  # Latin-1 "três"
-    tgt = _write(tmp_path / "t", [b"one", b"two", b"three", b"fo\x00ur"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        assert data.read_parallel_files(src, tgt) == [("um", "one")]
-    assert "skipped 3 of 4 lines" in caplog.text
-    assert "NUL bytes in source (line 2)" in caplog.text
-    assert "undecodable UTF-8 in source (line 3)" in caplog.text
-    assert "NUL bytes in target (line 4)" in caplog.text
-    with pytest.raises(ValueError, match=r"line 2: NUL bytes in source"):
-        data.read_parallel_files(src, tgt, on_error="raise")
-
-
-def test_empty_files_are_an_error_naming_them(tmp_path):
-    src, tgt = _write(tmp_path / "s", []), _write(tmp_path / "t", [])
-    with pytest.raises(ValueError, match=f"{src} / {tgt}: no sentence pairs \\(no lines\\)"):
-        data.read_parallel_files(src, tgt)
-    with pytest.raises(ValueError, match=r"has 0 lines but .* has 1 lines"):
-        data.read_parallel_files(src, _write(tmp_path / "one", [b"one"]))
-    blank = _write(tmp_path / "blank", [b"  ", b""])
-    with pytest.raises(ValueError, match=r"no sentence pairs \(all 2 lines were skipped\)"):
-        data.read_parallel_files(blank, blank)
-    with pytest.raises(ValueError, match=f"{src}: no sentence pairs"):
-        data.read_tsv(src)
-
-
-def test_a_1_mb_line_is_kept_and_cut_to_max_tokens(tmp_path, demo_tokenizers):
-    long_line = b" ".join([b"one"] * 250_000)  # about 1 MB
-    src = _write(tmp_path / "s", [b"two", long_line, b"three"])
-    tgt = _write(tmp_path / "t", [b"2", b"1", b"3"])
-    pairs = data.read_parallel_files(src, tgt)
-    assert [t for _, t in pairs] == ["2", "1", "3"] and len(pairs[1][0]) == len(long_line)
-    batches = _batches(pairs, demo_tokenizers, max_tokens=8, shuffle=False)
-    assert sum(len(c) for (c, _), _ in batches) == 3
-    assert all(c.shape[1] <= 8 for (c, _), _ in batches)
-
-
-@pytest.mark.slow
-def test_training_on_a_hostile_corpus_runs_through(tmp_path):
-    from keras_transformer import training
-    from tests.test_training import TINY
-
-    pairs = data.demo_corpus(200, seed=2)
-    hostile_src = [b"\x00\x01binary", b"tr\xeas", b" ".join([b"one"] * 250_000), b"a\rb"]
-    hostile_tgt = [b"x", b"three", b"um", b"a b"]
-    src = tmp_path / "train.en"
-    tgt = tmp_path / "train.pt"
-    src.write_bytes(b"\xef\xbb\xbf" + b"\r\n".join([s.encode() for s, _ in pairs] + hostile_src))
-    tgt.write_bytes(b"\n".join([t.encode() for _, t in pairs] + hostile_tgt))
-    config = {**TINY, "corpus": "files", "src": str(src), "tgt": str(tgt), "epochs": 1}
-    history = training.train(config, tmp_path / "run", verbose=0)
-    assert len(history.history["loss"]) == 1
-
-
-def test_the_command_line_reports_a_corpus_problem_in_one_line(tmp_path, capsys):
-    from tests.test_cli import user_error
-
-    src, tgt = _write(tmp_path / "s", []), _write(tmp_path / "t", [])
-    run = ["train", "--run-dir", str(tmp_path / "run"), "--src", str(src), "--tgt", str(tgt)]
-    assert user_error(capsys, run) == f"{src} / {tgt}: no sentence pairs (no lines)."
-    assert not (tmp_path / "run").exists()

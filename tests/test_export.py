@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_transformer import data, export
+from keras_transformer import corpora, export
 from keras_transformer.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
 from keras_transformer.translator import JIT_SOURCE_LENGTH_STEP, Translator
 from tests.helpers import tiny_transformer
@@ -104,7 +104,7 @@ def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):
 def exported_sentencepiece(demo_pairs, tmp_path_factory):
     """A cased joint SentencePiece translator (untrained: the export must equal it all the
     same, down to the normalization and detokenization inside the SavedModel)."""
-    texts = [*data.texts(demo_pairs, 0), *data.texts(demo_pairs, 1), "Ein Café, 3 € 🎂!"]
+    texts = [*corpora.texts(demo_pairs, 0), *corpora.texts(demo_pairs, 1), "Ein Café, 3 € 🎂!"]
     tokenizer = SentencePieceTokenizer(learn_sentencepiece_model(texts, vocab_size=400))
     model = tiny_transformer(vocab_size=tokenizer.vocab_size, share_embeddings=True)
     translator = Translator(model, tokenizer, tokenizer, max_length=16, beam_width=3)

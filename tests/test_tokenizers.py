@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli, data, run_dir, training
+from keras_transformer import cli, corpora, run_dir, training
 from keras_transformer.config import TrainConfig
 from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from keras_transformer.tokenizers import (
@@ -128,7 +128,7 @@ def train_pairs():
         ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
         ("The street is wet, isn't it?", "Die Straße ist nass, nicht wahr?"),
     ]
-    return written * 20 + data.demo_corpus(200, seed=2, source_lang="en", target_lang="de")
+    return written * 20 + corpora.demo_corpus(200, seed=2, source_lang="en", target_lang="de")
 
 
 def _has_piece_with(tokenizer, text: str) -> bool:

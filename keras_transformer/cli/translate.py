@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import bleu
 
-from keras_transformer import data
+from keras_transformer import corpora
 from keras_transformer.cli.common import (
     BEAM_HELP,
     MODEL_HELP,
@@ -66,7 +66,7 @@ def run_translate(args: argparse.Namespace) -> int:
         texts = [t.encode("utf-8", errors="surrogateescape") for t in args.texts]
     else:
         # Raw bytes: undecodable input must not stop the run (the model replaces it).
-        texts = data.split_lines(sys.stdin.buffer.read())
+        texts = corpora.split_lines(sys.stdin.buffer.read())
     saved_model = load_translator(args.model)
     results = translate_rows(
         saved_model,
