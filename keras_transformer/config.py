@@ -214,6 +214,13 @@ class _RunSettings:
             raise ValueError(
                 f"subword_alpha must be in [0, 1]. Received: subword_alpha={self.subword_alpha}"
             )
+        if self.subword_alpha and self.strategy == "multi_worker":
+            # Workers shard one stream of batches (distribute.shard_by_data), which they
+            # must build alike; each would draw its own segmentations.
+            raise ValueError(
+                "subword_alpha cannot be used with strategy='multi_worker': each worker "
+                "would sample different batches. Use subword_alpha=0 there."
+            )
         if self.subword_alpha and self.tokenizer != "sentencepiece":
             raise ValueError(
                 "subword_alpha samples segmentations, which only tokenizer='sentencepiece' can "

@@ -58,39 +58,63 @@ def _as_string_dataset(pairs: Sequence[Pair] | tf.data.Dataset) -> tf.data.Datas
 
 
 def tokenize_pairs(
-    pairs: Sequence[Pair] | tf.data.Dataset,
-    source_tokenizer,
-    target_tokenizer,
-    subword_alpha: float = 0.0,
+    pairs: Sequence[Pair] | tf.data.Dataset, source_tokenizer, target_tokenizer
 ) -> tf.data.Dataset:
-    """Pairs -> dataset of `(source_ids, target_ids)` 1-D int64 (with START/END).
-
-    With `subword_alpha`, segmentations are sampled (`tokenize_sampled`) anew
-    each time the dataset is iterated.
-    """
-    if subword_alpha:
-        for tokenizer in (source_tokenizer, target_tokenizer):
-            if not hasattr(tokenizer, "tokenize_sampled"):
-                raise ValueError(
-                    f"subword_alpha={subword_alpha} samples segmentations, which a "
-                    f"{type(tokenizer).__name__} cannot: use SentencePiece tokenizers, or "
-                    "subword_alpha=0."
-                )
-
-    def tokenize(tokenizer, strings):
-        if subword_alpha:
-            return tokenizer.tokenize_sampled(strings, subword_alpha)
-        return tokenizer.tokenize(strings)
-
+    """Pairs -> dataset of `(source_ids, target_ids)` 1-D int64 (with START/END)."""
     return (
         _as_string_dataset(pairs)
         .batch(1024)
         .map(
-            lambda s, t: (tokenize(source_tokenizer, s), tokenize(target_tokenizer, t)),
+            lambda s, t: (source_tokenizer.tokenize(s), target_tokenizer.tokenize(t)),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         .unbatch()
     )
+
+
+def _sampled_pairs(
+    pairs: tf.data.Dataset, source_tokenizer, target_tokenizer, alpha: float, max_tokens: int
+) -> tf.data.Dataset:
+    """As `tokenize_pairs`, with segmentations sampled at `alpha` on every pass.
+
+    A side whose sample is longer than `max_tokens` (the target: one more, see
+    `_model_inputs`) keeps its best segmentation instead, so that sampling
+    never cuts or drops a pair that the best segmentation keeps whole.
+    """
+
+    def segment(tokenizer, strings, limit):
+        best = tokenizer.tokenize(strings)
+        sampled = tokenizer.tokenize_sampled(strings, alpha)
+        rows = tf.range(tf.shape(strings, out_type=tf.int64)[0])
+        fits = sampled.row_lengths() <= limit
+        # Rows of [best; sampled]: the sample's where it fits, else the best.
+        chosen = tf.where(fits, rows + tf.size(rows, out_type=tf.int64), rows)
+        return tf.gather(tf.concat([best, sampled], axis=0), chosen)
+
+    return (
+        pairs.batch(1024)
+        .map(
+            lambda s, t: (
+                segment(source_tokenizer, s, max_tokens),
+                segment(target_tokenizer, t, max_tokens + 1),
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .unbatch()
+    )
+
+
+def _check_sampling(alpha: float, tokenizers) -> None:
+    """Before any pass over the corpus: `alpha` and the tokenizers can sample."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
+    for tokenizer in tokenizers:
+        if alpha and not hasattr(tokenizer, "tokenize_sampled"):
+            raise ValueError(
+                f"subword_alpha={alpha} samples segmentations, which a "
+                f"{type(tokenizer).__name__} cannot: use SentencePiece tokenizers, or "
+                "subword_alpha=0."
+            )
 
 
 def make_batches(
@@ -127,17 +151,21 @@ def make_batches(
         shuffle: reshuffle the pairs every epoch.
         cache: keep the tokenized pairs in memory (tokenize once); with
             `subword_alpha`, the text pairs.
-        subword_alpha: when positive, subword regularization: every epoch
-            tokenizes the pairs again with segmentations sampled at this alpha
-            (`SentencePieceTokenizer.tokenize_sampled`). Samples differ in
-            length from epoch to epoch, and so does the number of batches they
-            fill: an epoch is then as many batches as the best segmentations
-            fill, taken from an endless stream of sampled epochs.
+        subword_alpha: when positive (at most 1), subword regularization:
+            every epoch tokenizes the pairs again with segmentations sampled
+            at this alpha (`SentencePieceTokenizer.tokenize_sampled`); a side
+            whose sample exceeds `max_tokens` keeps its best segmentation.
+            Samples differ in length from epoch to epoch, and so does the
+            number of batches they fill: an epoch is as many batches as the
+            best segmentations fill, from a fresh shuffle, the pairs repeating
+            if the samples fill fewer. With `batch_tokens`, longer samples
+            mean fewer pairs a batch, so an epoch then covers fewer pairs.
     """
     if overlong not in ("truncate", "drop"):
         raise ValueError(f"overlong must be 'truncate' or 'drop'. Received: {overlong!r}")
     if max_tokens < 2:
         raise ValueError(f"max_tokens must be at least 2. Received: max_tokens={max_tokens}")
+    _check_sampling(subword_alpha, (source_tokenizer, target_tokenizer))
     pairs = _as_string_dataset(pairs)
     if subword_alpha and cache:
         pairs = pairs.cache()
@@ -163,7 +191,9 @@ def make_batches(
         # Shuffled as text, then sampled: every pass segments every pair anew.
         if shuffle:
             pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        sampled = tokenize_pairs(pairs.repeat(), source_tokenizer, target_tokenizer, subword_alpha)
+        sampled = _sampled_pairs(
+            pairs.repeat(), source_tokenizer, target_tokenizer, subword_alpha, max_tokens
+        )
         ds = _model_inputs(sampled, max_tokens, overlong)
     elif shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -176,10 +206,9 @@ def make_batches(
     )
     if subword_alpha:
         ds = ds.take(num_batches)
-    else:
-        # Bucketing hides the number of batches from tf.data; without it Keras shows
-        # "Unknown" steps in the first epoch and warns that the input ran out of data.
-        ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
+    # Bucketing (and filtering) hides the number of batches from tf.data; without it
+    # Keras shows "Unknown" steps in the first epoch and warns that the input ran out.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(num_batches))
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

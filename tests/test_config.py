@@ -58,3 +58,7 @@ def test_subword_alpha_is_a_flag_and_is_checked():
     with pytest.raises(ValueError, match="only tokenizer='sentencepiece' can do"):
         TrainConfig(tokenizer="wordpiece", subword_alpha=0.2).validate()
     TrainConfig(tokenizer="wordpiece").validate()
+    with pytest.raises(
+        ValueError, match="subword_alpha cannot be used with strategy='multi_worker'"
+    ):
+        TrainConfig(strategy="multi_worker", subword_alpha=0.2).validate()

@@ -39,7 +39,7 @@ def test_misaligned_files_are_rejected_naming_both_files_and_counts(tmp_path):
 def test_empty_and_undecodable_lines_are_skipped_as_pairs_and_reported(tmp_path, caplog):
     src = _write(tmp_path / "s", [b"um", b"", b"tr\xc3\xaas", b"\xff quatro", b"cinco\r"])
     tgt = _write(tmp_path / "t", [b"one", b"two", b"  ", b"four", b"five"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
         pairs = corpora.read_parallel_files(src, tgt)
     # Every kept pair is still aligned (no shift after a skipped line).
     assert pairs == [("um", "one"), ("cinco", "five")]
@@ -59,7 +59,7 @@ def test_unicode_line_separators_inside_a_sentence_do_not_split_it(tmp_path):
 
 def test_read_tsv(tmp_path, caplog):
     path = _write(tmp_path / "c.tsv", [b"um\tone", b"no tab", b"a\tb\tc", "três\tthree".encode()])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
         assert corpora.read_tsv(path) == [("um", "one"), ("três", "three")]
     assert "skipped 2 of 4 lines" in caplog.text
 
@@ -105,7 +105,7 @@ def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
 def test_nul_bytes_and_latin_1_lines_are_counted_skips(tmp_path, caplog):
     src = _write(tmp_path / "s", [b"um", b"d\x00ois", b"tr\xeas", b"quatro"])  # Latin-1 "três"
     tgt = _write(tmp_path / "t", [b"one", b"two", b"three", b"fo\x00ur"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
         assert corpora.read_parallel_files(src, tgt) == [("um", "one")]
     assert "skipped 3 of 4 lines" in caplog.text
     assert "NUL bytes in source (line 2)" in caplog.text

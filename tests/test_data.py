@@ -145,17 +145,93 @@ def test_subword_sampling_segments_every_epoch_anew(demo_pairs, joint_sentencepi
     assert sum(len(segmentations) > 1 for segmentations in seen.values()) > len(seen) / 2
 
 
-def test_subword_sampling_needs_sentencepiece(demo_pairs, demo_tokenizers):
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(batch_size=32, max_tokens=48),
+        dict(batch_tokens=256, max_tokens=48),
+        dict(batch_size=16, max_tokens=12, overlong="drop"),
+    ],
+    ids=["batch_size", "batch_tokens", "drop"],
+)
+@pytest.mark.parametrize("as_dataset", [False, True], ids=["list", "dataset"])
+def test_sampled_epochs_have_the_batches_their_cardinality_says(
+    demo_pairs, joint_sentencepiece, sizes, as_dataset
+):
+    pairs = demo_pairs
+    if as_dataset:
+        pairs = tf.data.Dataset.from_tensor_slices(
+            (corpora.texts(demo_pairs, 0), corpora.texts(demo_pairs, 1))
+        )
+    tokenizers = (joint_sentencepiece, joint_sentencepiece)
+    best = data.make_batches(pairs, *tokenizers, seed=0, **sizes)
+    sampled = data.make_batches(pairs, *tokenizers, seed=0, subword_alpha=0.2, **sizes)
+    expected = int(best.cardinality())
+    assert expected > 0 and int(sampled.cardinality()) == expected
+    assert len(list(sampled)) == len(list(sampled)) == expected
+
+
+@pytest.mark.parametrize("overlong", ["truncate", "drop"])
+def test_a_sample_too_long_for_max_tokens_gives_way_to_the_best_segmentation(
+    demo_pairs, joint_sentencepiece, overlong
+):
+    # max_tokens fits every pair's best segmentation but not its samples at alpha
+    # 0.05, which split words into many pieces: no pair may be cut or dropped for it.
+    tokenizers = (joint_sentencepiece, joint_sentencepiece)
+    best = data.make_batches(demo_pairs, *tokenizers, shuffle=False)
+    best_rows = _rows(best, joint_sentencepiece)
+    # The source with START and END, the target_out row with END: both within max_tokens.
+    longest = max(max(len(source), len(target)) for _, source, target in best_rows)
+    sampled = data.make_batches(
+        demo_pairs,
+        *tokenizers,
+        batch_size=16,
+        max_tokens=longest,
+        overlong=overlong,
+        seed=0,
+        subword_alpha=0.05,
+    )
+    rows = _rows(sampled, joint_sentencepiece)
+    # Every row is a whole pair of the corpus, [END] included, ...
+    assert {pair for pair, *_ in rows} <= set(demo_pairs)
+    assert all(target[-1] == END_ID and len(target) <= longest for _, _, target in rows)
+    assert len({pair for pair, *_ in rows}) > 0.8 * len(demo_pairs)
+    # ... some had to keep their best segmentation, and others were sampled.
+    best_ids = {pair: (source, target) for pair, source, target in best_rows}
+    kept = sum((source, target) == best_ids[pair] for pair, source, target in rows)
+    assert 0 < kept < len(rows)
+
+
+def test_subword_sampling_is_checked_before_reading_the_corpus(demo_tokenizers):
+    def unreadable():
+        raise AssertionError("the corpus was read before the arguments were checked")
+        yield
+
+    pairs = tf.data.Dataset.from_generator(
+        unreadable, output_signature=(tf.TensorSpec([], tf.string),) * 2
+    )
     with pytest.raises(ValueError, match="use SentencePiece tokenizers, or subword_alpha=0"):
-        data.make_batches(demo_pairs, *demo_tokenizers, subword_alpha=0.2)
+        data.make_batches(pairs, *demo_tokenizers, subword_alpha=0.2)
+    for alpha in (-0.5, 1.5):
+        with pytest.raises(ValueError, match=r"subword_alpha must be in \[0, 1\]"):
+            data.make_batches(pairs, *demo_tokenizers, subword_alpha=alpha)
 
 
-def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys):
+def test_the_readers_are_still_importable_from_data():
+    for name in ("demo_corpus", "read_parallel_files", "read_tsv", "load_tfds", "load_corpus"):
+        assert getattr(data, name) is getattr(corpora, name)
+    for name in ("split_lines", "split_pairs", "texts", "TFDS_TED", "Pair"):
+        assert getattr(data, name) is getattr(corpora, name)
+
+
+@pytest.mark.parametrize("subword_alpha", [0.0, 0.2], ids=["best", "sampled"])
+def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys, subword_alpha):
     from keras_transformer import training
 
     config = dict(
         demo_pairs=300, val_fraction=0.1, vocab_size=500, vocab_lower_thresh=1, num_layers=1,
         d_model=16, num_heads=2, dff=32, max_tokens=16, batch_size=32, warmup_steps=10, epochs=2,
+        subword_alpha=subword_alpha,
     )  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

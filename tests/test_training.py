@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import pytest
 
-from keras_transformer import run_dir, training
+from keras_transformer import data, run_dir, training
 from keras_transformer.schedules import Cooldown, InverseSqrtSchedule
 from keras_transformer.translator import Translator
 
@@ -74,7 +74,7 @@ def test_tiny_run_learns_and_fills_the_run_directory(tmp_path):
         training.train({**TINY, "d_model": 64, "num_heads": 2, "epochs": 5}, tmp_path, verbose=0)
 
 
-def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path):
+def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path, monkeypatch):
     settings = dict(
         TINY,
         epochs=3,
@@ -85,7 +85,17 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
         lr_cooldown=0.3,
         subword_alpha=0.2,
     )
+    batched = []
+    make_batches = data.make_batches
+
+    def recording(pairs, *tokenizers, **kwargs):
+        batched.append((kwargs["shuffle"], kwargs.get("subword_alpha", 0.0)))
+        return make_batches(pairs, *tokenizers, **kwargs)
+
+    monkeypatch.setattr(data, "make_batches", recording)
     training.train(settings, tmp_path, verbose=0)
+    # The training pairs are sampled; the validation pairs keep the best segmentation.
+    assert batched == [(True, 0.2), (False, 0.0)]
     assert [p.name for p in run_dir.epoch_checkpoints(tmp_path)] == [
         "epoch_0002.keras",
         "epoch_0003.keras",
@@ -98,9 +108,8 @@ def test_recipe_settings_reach_the_optimizer_and_keep_epoch_checkpoints(tmp_path
     assert optimizer._learning_rate.fraction == 0.3
     assert isinstance(optimizer._learning_rate.schedule, InverseSqrtSchedule)
     assert optimizer._learning_rate.schedule.peak_learning_rate == 2e-3
-    averaged, *_, config = run_dir.load_run(tmp_path, average_last=2)
+    averaged, *_ = run_dir.load_run(tmp_path, average_last=2)
     assert averaged.count_params() == run_dir.load_model(tmp_path).count_params()
-    assert config["training"]["subword_alpha"] == 0.2
 
 
 def _epochs_started(log: str) -> list[int]:

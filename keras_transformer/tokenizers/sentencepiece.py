@@ -279,8 +279,9 @@ class SentencePieceTokenizer(tf.Module):
         flatter and give more, shorter pieces); a BPE model drops each merge with
         probability `alpha` (BPE-dropout). Every sample detokenizes to the same
         text as `tokenize`'s ids. The draws come from SentencePiece's own random
-        generator, which no TensorFlow seed reaches. Not part of a SavedModel:
-        translation always takes the best segmentation.
+        generator, which no TensorFlow seed reaches. `alpha` is a Python
+        number (it is an attribute of the op, fixed when the graph is built).
+        Not part of a SavedModel: translation always takes the best segmentation.
         """
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1]. Received: alpha={alpha}")
