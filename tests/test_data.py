@@ -69,7 +69,8 @@ def test_overlong_pairs_are_truncated_or_dropped(demo_pairs, demo_tokenizers):
         data.make_batches(long, *demo_tokenizers, overlong="cut")
 
 
-@pytest.mark.parametrize(
+# Batch sizing settings, and the pairs as a list or as a dataset (as load_tfds gives them).
+BATCH_SIZES = pytest.mark.parametrize(
     "sizes",
     [
         dict(batch_size=32, max_tokens=48),
@@ -78,14 +79,21 @@ def test_overlong_pairs_are_truncated_or_dropped(demo_pairs, demo_tokenizers):
     ],
     ids=["batch_size", "batch_tokens", "drop"],
 )
-@pytest.mark.parametrize("as_dataset", [False, True], ids=["list", "dataset"])
+AS_DATASET = pytest.mark.parametrize("as_dataset", [False, True], ids=["list", "dataset"])
+
+
+def _as_given(pairs, as_dataset):
+    if not as_dataset:
+        return pairs
+    return tf.data.Dataset.from_tensor_slices((corpora.texts(pairs, 0), corpora.texts(pairs, 1)))
+
+
+@BATCH_SIZES
+@AS_DATASET
 def test_cardinality_is_the_number_of_batches_of_every_epoch(
     demo_pairs, demo_tokenizers, sizes, as_dataset
 ):
-    pairs = demo_pairs
-    if as_dataset:  # as load_tfds gives them
-        sources, targets = corpora.texts(demo_pairs, 0), corpora.texts(demo_pairs, 1)
-        pairs = tf.data.Dataset.from_tensor_slices((sources, targets))
+    pairs = _as_given(demo_pairs, as_dataset)
     batches = data.make_batches(pairs, *demo_tokenizers, shuffle=True, seed=0, **sizes)
     expected = int(batches.cardinality())
     first, second = list(batches), list(batches)
@@ -145,24 +153,12 @@ def test_subword_sampling_segments_every_epoch_anew(demo_pairs, joint_sentencepi
     assert sum(len(segmentations) > 1 for segmentations in seen.values()) > len(seen) / 2
 
 
-@pytest.mark.parametrize(
-    "sizes",
-    [
-        dict(batch_size=32, max_tokens=48),
-        dict(batch_tokens=256, max_tokens=48),
-        dict(batch_size=16, max_tokens=12, overlong="drop"),
-    ],
-    ids=["batch_size", "batch_tokens", "drop"],
-)
-@pytest.mark.parametrize("as_dataset", [False, True], ids=["list", "dataset"])
+@BATCH_SIZES
+@AS_DATASET
 def test_sampled_epochs_have_the_batches_their_cardinality_says(
     demo_pairs, joint_sentencepiece, sizes, as_dataset
 ):
-    pairs = demo_pairs
-    if as_dataset:
-        pairs = tf.data.Dataset.from_tensor_slices(
-            (corpora.texts(demo_pairs, 0), corpora.texts(demo_pairs, 1))
-        )
+    pairs = _as_given(demo_pairs, as_dataset)
     tokenizers = (joint_sentencepiece, joint_sentencepiece)
     best = data.make_batches(pairs, *tokenizers, seed=0, **sizes)
     sampled = data.make_batches(pairs, *tokenizers, seed=0, subword_alpha=0.2, **sizes)
