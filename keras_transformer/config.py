@@ -15,6 +15,7 @@ from pathlib import Path
 
 from keras_transformer import distribute
 from keras_transformer.constants import RESERVED_TOKENS
+from keras_transformer.data import check_subword_alpha
 from keras_transformer.layers.options import BLOCK_OPTIONS
 from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS
 from keras_transformer.tokenizers.normalization import check_normalization_form
@@ -210,10 +211,7 @@ class _RunSettings:
                 f"{len(RESERVED_TOKENS)} reserved and {BYTE_PIECES} byte pieces come first). "
                 f"Received: vocab_size={self.vocab_size}; raise it, or use tokenizer='wordpiece'."
             )
-        if not 0 <= self.subword_alpha <= 1:
-            raise ValueError(
-                f"subword_alpha must be in [0, 1]. Received: subword_alpha={self.subword_alpha}"
-            )
+        check_subword_alpha(self.subword_alpha)
         if self.subword_alpha and self.strategy == "multi_worker":
             # Workers shard one stream of batches (distribute.shard_by_data), which they
             # must build alike; each would draw its own segmentations.

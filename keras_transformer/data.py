@@ -104,10 +104,15 @@ def _sampled_pairs(
     )
 
 
-def _check_sampling(alpha: float, tokenizers) -> None:
-    """Before any pass over the corpus: `alpha` and the tokenizers can sample."""
+def check_subword_alpha(alpha: float) -> None:
+    """`subword_alpha` is 0 (no sampling) or a sampling alpha in (0, 1]."""
     if not 0 <= alpha <= 1:
         raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
+
+
+def _check_sampling(alpha: float, tokenizers) -> None:
+    """Before any pass over the corpus: `alpha` and the tokenizers can sample."""
+    check_subword_alpha(alpha)
     for tokenizer in tokenizers:
         if alpha and not hasattr(tokenizer, "tokenize_sampled"):
             raise ValueError(
