@@ -75,7 +75,7 @@ SMALLEST_AVERAGE = 5
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("setup", nargs="?", choices=sorted(SETUPS), help="a built-in corpus")
     parser.add_argument("--minutes", type=float, default=60.0, help="training time budget")

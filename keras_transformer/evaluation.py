@@ -107,6 +107,7 @@ def evaluate(
     beam_width: int | None = None,
     progress: bool = True,
     moses_lang: str | None = None,
+    metadata: dict | None = None,
 ) -> dict:
     """Translates `sources` and scores the result against `references`.
 
@@ -122,9 +123,12 @@ def evaluate(
             (`moses_form`: lowercased, punctuation-normalized, tokenized), for
             references made that way; needs `tokenize="none"`. translations.txt
             keeps them as the model wrote them.
+        metadata: fields recorded beside the scores (in the result and in
+            scores.json), such as the model and the search, so that a
+            scores.json says what produced it.
 
     Returns:
-        the dict of `score`, plus where the outputs were written.
+        the dict of `score`, plus `metadata` and where the outputs were written.
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = read_lines(sources)
@@ -153,6 +157,7 @@ def evaluate(
             bar.update(len(batch))
     scored = moses_form(hypotheses, moses_lang) if moses_lang else hypotheses
     result = score(scored, references, tokenize=tokenize, lowercase=lowercase)
+    result.update(metadata or {})
     if output_dir is not None:
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

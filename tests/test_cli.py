@@ -98,7 +98,10 @@ def test_evaluate_perfect_reference(saved_model, tmp_path, capsys):
     assert "tok:none" in result["bleu_signature"]
     assert "BLEU 100.00" in captured.err
     assert (out_dir / "translations.txt").read_text(encoding="utf-8").splitlines() == model_outputs
-    assert json.loads((out_dir / "scores.json").read_text())["bleu"] == 100.0
+    # scores.json says what produced it, as the printed JSON does.
+    recorded = json.loads((out_dir / "scores.json").read_text())
+    assert recorded["bleu"] == 100.0 and recorded["search"] == "greedy"
+    assert recorded["model"] == str(saved_model) and recorded["ref"] == str(ref)
 
 
 def test_evaluate_json_out_beam_and_wrong_reference(saved_model, tmp_path, capsys):

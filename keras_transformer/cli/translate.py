@@ -305,13 +305,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
         output_dir=output_dir,
         beam_width=args.beam,
         progress=not args.no_progress,
-    )
-    result.update(
-        model=str(args.model),
-        src=str(args.src),
-        ref=str(args.ref),
-        search=f"beam {args.beam}" if args.beam else "greedy",
-        moses=args.moses,
+        metadata={
+            "model": str(args.model),
+            "src": str(args.src),
+            "ref": str(args.ref),
+            "search": f"beam {args.beam}" if args.beam else "greedy",
+            "moses": args.moses,
+        },
     )
     text = json.dumps(result, indent=2)
     if args.json_out == "-":
