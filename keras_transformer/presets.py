@@ -44,10 +44,10 @@ PRESETS = {
     # this learning rate the paper's post-LN order trained on Multi30k but not on TED
     # pt->en, whose decoder settled into a language model that ignored the source
     # (validation accuracy 0.28 after 4 epochs, 0.32 after 14), while pre-LN reached 0.32
-    # after 2 epochs and 0.62 after 16 (README, "Measured quality"). The learning rate
-    # cools to zero over the last fifth of the run: on Multi30k, two runs alike but for
-    # that, 13 epochs each, scored validation BLEU 37.58 against 36.74 (beam 5). The last
-    # 5 epochs are kept for averaging, which validation weighs against the last one. A
+    # after 2 epochs and 0.62 after 16 (benchmarks/README.md, "Quality levers"). The
+    # learning rate cools to zero over the last fifth of the run: on Multi30k, two runs
+    # alike but for that, 13 epochs each, scored validation BLEU 37.58 against 36.74 (beam
+    # 5). The last 5 epochs are kept for averaging, which validation weighs against the last one. A
     # joint vocabulary of 4,000 trained 40% more target tokens a second than 8,000 (14
     # epochs against 11 in an hour) but scored lower on validation (beam 36.63 against 37.01).
     "small": {
