@@ -24,6 +24,19 @@ from keras_transformer.export import load_translator, translate_texts
 DEFAULT_TOKENIZE = "13a"
 
 
+# The fields `evaluate` writes itself: `score`'s and where the translations went. A
+# caller's metadata may not take their names (tests hold this list to `score`'s keys).
+RESULT_FIELDS = (
+    "bleu",
+    "chrf",
+    "bleu_signature",
+    "chrf_signature",
+    "bleu_detail",
+    "sentences",
+    "translations_file",
+)
+
+
 def score(
     hypotheses: Sequence[str],
     references: Sequence[str],
@@ -125,7 +138,8 @@ def evaluate(
             keeps them as the model wrote them.
         metadata: fields recorded beside the scores (in the result and in
             scores.json), such as the model and the search, so that a
-            scores.json says what produced it.
+            scores.json says what produced it. JSON-serializable, and none of
+            `RESULT_FIELDS`.
 
     Returns:
         the dict of `score`, plus `metadata` and where the outputs were written.
@@ -146,6 +160,14 @@ def evaluate(
             f"Translations in Moses form are tokenized already: score them with "
             f'tokenize="none". Received: tokenize={tokenize!r}'
         )
+    metadata = dict(metadata or {})
+    taken = sorted(set(metadata) & set(RESULT_FIELDS))
+    if taken:
+        raise ValueError(f"metadata may not replace the scores' own fields: {taken}.")
+    try:
+        json.dumps(metadata)
+    except TypeError as error:  # before translating, not after
+        raise ValueError(f"metadata must be JSON-serializable: {error}") from None
     if not callable(translate):
         translate = saved_model_translate_fn(translate, beam_width)
 
@@ -157,7 +179,7 @@ def evaluate(
             bar.update(len(batch))
     scored = moses_form(hypotheses, moses_lang) if moses_lang else hypotheses
     result = score(scored, references, tokenize=tokenize, lowercase=lowercase)
-    result.update(metadata or {})
+    result.update(metadata)
     if output_dir is not None:
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -102,6 +102,7 @@ def test_evaluate_perfect_reference(saved_model, tmp_path, capsys):
     recorded = json.loads((out_dir / "scores.json").read_text())
     assert recorded["bleu"] == 100.0 and recorded["search"] == "greedy"
     assert recorded["model"] == str(saved_model) and recorded["ref"] == str(ref)
+    assert recorded["src"] == str(src) and recorded["moses"] is None
 
 
 def test_evaluate_json_out_beam_and_wrong_reference(saved_model, tmp_path, capsys):

@@ -27,6 +27,32 @@ def test_perfect_hypotheses_score_100(tmp_path):
     assert json.loads((tmp_path / "scores.json").read_text())["bleu"] == 100.0
 
 
+def test_metadata_is_recorded_beside_the_scores_and_may_not_replace_them(tmp_path):
+    metadata = {"model": "saved_models/en_de/3", "search": "beam 5"}
+    result = evaluation.evaluate(
+        identity, REFERENCES, REFERENCES, output_dir=tmp_path, progress=False, metadata=metadata
+    )
+    recorded = json.loads((tmp_path / "scores.json").read_text())
+    assert result["bleu"] == recorded["bleu"] == 100.0
+    assert recorded["model"] == result["model"] == "saved_models/en_de/3"
+    assert recorded["search"] == "beam 5"
+    # RESULT_FIELDS names every field evaluate writes itself.
+    assert set(result) - set(metadata) == set(evaluation.RESULT_FIELDS)
+
+    translated = []
+
+    def spy(batch):
+        translated.append(batch)
+        return batch
+
+    # Refused before any sentence is translated, not after.
+    with pytest.raises(ValueError, match=r"replace the scores' own fields: \['bleu'\]"):
+        evaluation.evaluate(spy, REFERENCES, REFERENCES, progress=False, metadata={"bleu": 99})
+    with pytest.raises(ValueError, match="JSON-serializable"):
+        evaluation.evaluate(spy, REFERENCES, REFERENCES, progress=False, metadata={"x": object()})
+    assert translated == []
+
+
 def test_empty_hypotheses_score_0():
     result = evaluation.evaluate(
         lambda batch: [""] * len(batch), REFERENCES, REFERENCES, progress=False
