@@ -15,7 +15,6 @@ from pathlib import Path
 
 from keras_transformer import distribute
 from keras_transformer.constants import RESERVED_TOKENS
-from keras_transformer.data import check_subword_alpha
 from keras_transformer.layers.options import BLOCK_OPTIONS
 from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS
 from keras_transformer.tokenizers.normalization import check_normalization_form
@@ -111,6 +110,12 @@ SETTING_HELP = {
     "num_heads": "attention heads",
     "dff": "inner size of the feed-forward sublayers",
 }
+
+
+def check_subword_alpha(alpha: float) -> None:
+    """`subword_alpha` is 0 (no sampling) or a sampling alpha in (0, 1]."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
 
 
 @dataclasses.dataclass

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.config import check_subword_alpha
+
 # The readers' names as they were in this module (see the docstring).
 from keras_transformer.corpora import (  # noqa: F401
     TFDS_TED,
@@ -102,12 +104,6 @@ def _sampled_pairs(
         )
         .unbatch()
     )
-
-
-def check_subword_alpha(alpha: float) -> None:
-    """`subword_alpha` is 0 (no sampling) or a sampling alpha in (0, 1]."""
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
 
 
 def _check_sampling(alpha: float, tokenizers) -> None:
