@@ -25,6 +25,16 @@ def length_penalty(length, alpha: float):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+def check_length_penalty(alpha: float) -> None:
+    """The search stops a row once no unfinished hypothesis can beat its best finished
+    one, a bound that holds only while the penalty grows with length: alpha >= 0."""
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(
+            f"`length_penalty_alpha` must be a finite number >= 0 (0: no penalty). "
+            f"Received: {alpha}"
+        )
+
+
 class _Beams(NamedTuple):
     """Beam search's bookkeeping, `(batch, width, ...)` each.
 
@@ -92,14 +102,22 @@ def beam_search(
         use_cache: False re-runs the encoder and the whole decoder prefix at
             every step (the tutorial's way, for benchmarks); same result.
         row_limits: optional int `(batch,)`, the most tokens each row may
-            generate: at its limit every hypothesis of the row must end ([END]).
+            generate: at its limit every hypothesis of the row ends with [END],
+            with `stop_at_end` or without.
         fixed_shapes, fused_weights: as for `decoding.greedy_search`.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
+    check_length_penalty(length_penalty_alpha)
     context_ids = tf.convert_to_tensor(context_ids)
     steps = decoding.decode_length(model, max_length)
     width = tf.cast(beam_width, tf.int32)
+    if not isinstance(beam_width, int):
+        # A width given as a tensor (an export's `translate_beam`) is checked in the graph,
+        # before anything uses it.
+        check = tf.debugging.assert_positive(width, message="beam_width must be positive")
+        with tf.control_dependencies([check]):
+            width = tf.identity(width)
     vocab = model.target_vocab_size
     batch = tf.shape(context_ids)[0]
     # Hypothesis k of row b is row b * width + k of the state.
@@ -136,6 +154,8 @@ def beam_search(
         )
         seqs = decoding.write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
         ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
+        if must_end is not None:  # at its limit a row ends, even where [END] is ordinary
+            ends = tf.logical_or(ends, must_end[:, None])
 
         alive_log_prob, alive_seq, alive_parent = _top(
             tf.where(ends, -math.inf, top_log_prob), width, seqs, parent

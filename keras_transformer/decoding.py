@@ -231,14 +231,25 @@ def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
 def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
     """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
 
-    fairseq's `max_len_a` / `max_len_b`: one row that never emits [END] costs its
-    own few steps instead of holding the whole batch to `max_length`.
+    fairseq's `max_len_a` / `max_len_b`, except that the limit counts the row's [END]
+    (fairseq's does not): one row that never emits [END] costs its own few steps
+    instead of holding the whole batch to `max_length`.
 
     Args:
         source_lengths: int `(batch,)`, the real source tokens of each row.
+        a, b: finite floats (`check_length_cap`).
     """
     limits = tf.math.floor(a * tf.cast(source_lengths, tf.float32) + b)
-    return tf.clip_by_value(tf.cast(limits, tf.int32), 1, max_length)
+    # Clamped before the cast: a float beyond int32's range casts to its minimum.
+    return tf.cast(tf.clip_by_value(limits, 1.0, float(max_length)), tf.int32)
+
+
+def check_length_cap(a: float | None, b: float) -> None:
+    """`a` and `b` of `source_relative_limits`: finite, `a` >= 0 (or None: no cap)."""
+    if a is not None and not (math.isfinite(a) and a >= 0):
+        raise ValueError(f"`max_length_a` must be a finite number >= 0 or None. Received: {a}")
+    if not math.isfinite(b):
+        raise ValueError(f"`max_length_b` must be a finite number. Received: {b}")
 
 
 def write_column(buffer, column, values):
@@ -300,6 +311,8 @@ def _token_search(
             tokens = write_column(tokens, i + 1, ids)
             if stop_at_end:
                 done = tf.logical_or(done, tf.equal(ids, END_ID))
+            elif row_limits is not None:  # [END] is an ordinary token, but a limit ends a row
+                done = tf.logical_or(done, i + 1 >= row_limits)
             if return_logits:
                 logits_array = logits_array.write(i, logits)
             return i + 1, tokens, state, done, scores, lengths, logits_array

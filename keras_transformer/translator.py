@@ -164,10 +164,8 @@ class Translator(tf.Module):
             )
         if in_flight <= 0:
             raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
-        if max_length_a is not None and max_length_a < 0:
-            raise ValueError(
-                f"`max_length_a` must be >= 0 or None. Received: max_length_a={max_length_a}"
-            )
+        decoding.check_length_cap(max_length_a, max_length_b)
+        beam.check_length_penalty(length_penalty_alpha)
         if jit_compile and not use_cache:
             raise ValueError(
                 "`jit_compile` needs `use_cache`: XLA cannot compile the uncached "

@@ -155,6 +155,15 @@ def test_bad_arguments(tiny):
         beam.beam_search(tiny.model, tiny.context_ids, 0)
     with pytest.raises(ValueError, match="max_length"):
         decoding.greedy_search(tiny.model, tiny.context_ids, 0)
+    # A negative alpha would make the search's stop test stop rows too early.
+    for alpha in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="length_penalty_alpha"):
+            beam.beam_search(tiny.model, tiny.context_ids, 2, 8, length_penalty_alpha=alpha)
+    # A width given as a tensor is checked in the graph, with a message that names it.
+    search = tf.function(lambda ids, width: beam.beam_search(tiny.model, ids, width, 8))
+    for width in (0, -3):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="beam_width must be positive"):
+            search(tiny.context_ids, tf.constant(width))
 
 
 def test_cached_beam_equals_uncached_beam(tiny):
@@ -188,9 +197,36 @@ def test_source_relative_cap_bounds_every_row(tiny, search):
             np.testing.assert_array_equal(capped.tokens[row], free.tokens[row])
 
 
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
+    """With `stop_at_end=False` (benchmarks), a row still ends at its limit: one [END]
+    last, nothing after it, its length the limit."""
+    limits = tf.constant(np.arange(len(tiny.context_ids)) % 3 + 2, tf.int32)
+    kwargs = dict(stop_at_end=False, row_limits=limits)
+    capped = (
+        decoding.greedy_search(tiny.model, tiny.context_ids, 12, **kwargs)
+        if search == "greedy"
+        else beam.beam_search(tiny.model, tiny.context_ids, 3, 12, **kwargs)
+    )
+    for row, limit in enumerate(limits.numpy()):
+        assert int(capped.lengths[row]) == limit
+        assert int(capped.tokens[row, limit - 1]) == END_ID
+        assert np.all(capped.tokens[row, limit:].numpy() == 0)
+
+
 def test_source_relative_limits():
     limits = decoding.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
     np.testing.assert_array_equal(limits, [10, 16, 50])
+    # Beyond int32's range before the clamp: still the export's maximum, not 1.
+    huge = decoding.source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
+    np.testing.assert_array_equal(huge, [50, 50])
+    # Below 1: one token, the row's [END].
+    below = decoding.source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
+    np.testing.assert_array_equal(below, [1, 1])
+    for a, b in ((-1.0, 10.0), (float("nan"), 10.0), (float("inf"), 10.0), (1.5, float("nan"))):
+        with pytest.raises(ValueError, match="max_length_"):
+            decoding.check_length_cap(a, b)
+    decoding.check_length_cap(None, 10.0)
 
 
 def _sub_batch_search(tiny, search, seen=None):

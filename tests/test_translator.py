@@ -267,7 +267,12 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
         Translator(tiny.model, *tokenizers, sub_batch_size=0)
     with pytest.raises(ValueError, match="in_flight"):
         Translator(tiny.model, *tokenizers, in_flight=0)
-    with pytest.raises(ValueError, match="max_length_a"):
-        Translator(tiny.model, *tokenizers, max_length_a=-1.0)
+    for kwargs in ({"max_length_a": -1.0}, {"max_length_a": float("inf")}):
+        with pytest.raises(ValueError, match="max_length_a"):
+            Translator(tiny.model, *tokenizers, **kwargs)
+    with pytest.raises(ValueError, match="max_length_b"):
+        Translator(tiny.model, *tokenizers, max_length_b=float("nan"))
+    with pytest.raises(ValueError, match="length_penalty_alpha"):
+        Translator(tiny.model, *tokenizers, length_penalty_alpha=-0.2)
     with pytest.raises(ValueError, match="use_cache"):
         Translator(tiny.model, *tokenizers, jit_compile=True, use_cache=False)

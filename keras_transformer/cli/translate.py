@@ -201,7 +201,6 @@ def run_export(args: argparse.Namespace) -> int:
         "sub_batch_size",
         "in_flight",
         "beam_width",
-        "max_length_a",
         "average_last",
     )
     path = export_run(
