@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
 from keras_transformer import distribute
 from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.layers.options import BLOCK_OPTIONS
-from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS
+from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS, Transformer
 from keras_transformer.tokenizers.normalization import check_normalization_form
 from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
 
@@ -168,7 +169,14 @@ class _RunSettings:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
+        """Settings from `values`; without a corpus, the data paths given choose it
+        (src and tgt: files, tsv: tsv), and none the built-in demo corpus."""
         _check_known(values)
+        if "corpus" not in values:
+            if values.get("src") or values.get("tgt"):
+                values = {**values, "corpus": "files"}
+            elif values.get("tsv"):
+                values = {**values, "corpus": "tsv"}
         for field in dataclasses.fields(cls):
             if field.name in values:
                 _check_type(field, values[field.name])
@@ -195,15 +203,71 @@ class _RunSettings:
         for name in positive + tuple(MODEL_SIZES) + ("max_length",):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive. Received: {name}={getattr(self, name)}")
-        if not 0 <= self.lr_cooldown < 1:
-            raise ValueError(
-                f"lr_cooldown must be in [0, 1). Received: lr_cooldown={self.lr_cooldown}"
-            )
+        self._validate_ranges()
+        self._validate_data_sources()
         self._validate_tokenizer_settings()
         if self.share_embeddings and not self.shared_vocab:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary for source and target: set "
                 "shared_vocab=True too (--shared-vocab true)."
+            )
+        if self.max_tokens > self.max_length:
+            raise ValueError(
+                f"max_tokens={self.max_tokens} exceeds max_length={self.max_length}, the "
+                "longest sequence the model's positions cover: lower max_tokens or raise "
+                "max_length."
+            )
+        # The model's own checks (head size, dropout rates, activation, ...), run by
+        # constructing one, which makes no weights: before a run directory is written,
+        # not after, when it would hold settings that no model can take.
+        Transformer(**self.model_kwargs(self.vocab_size, self.vocab_size), **self.step_kwargs())
+
+    def _validate_ranges(self) -> None:
+        """Numbers whose meaning ends outside a range; unset (None) is always allowed."""
+        ranges = {
+            # name: (lowest, highest, whether the lowest itself is allowed)
+            "lr_cooldown": (0, 1, True),
+            "label_smoothing": (0, 1, True),
+            "val_fraction": (0, 1, False),
+            "learning_rate": (0, math.inf, False),
+            "weight_decay": (0, math.inf, True),
+            "clip_norm": (0, math.inf, False),
+            "time_budget_minutes": (0, math.inf, False),
+        }
+        for name, (low, high, low_allowed) in ranges.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            above_low = value >= low if low_allowed else value > low
+            if not (above_low and value < high):
+                interval = f"{'[' if low_allowed else '('}{low}, {high})"
+                raise ValueError(f"{name} must be in {interval}. Received: {name}={value}")
+        for name in ("batch_tokens", "steps_per_epoch", "shuffle_buffer", "demo_pairs"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive. Received: {name}={value}")
+        for name in ("keep_epoch_checkpoints", "early_stopping_patience"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be 0 or more. Received: {name}={value}")
+
+    def _validate_data_sources(self) -> None:
+        """Every data path given is one the chosen corpus reads: a path it would ignore
+        is a mistake (such as --src with a config file whose corpus is tsv)."""
+        used = {"files": {"src", "tgt"}, "tsv": {"tsv"}}.get(self.corpus, set())
+        given = [name for name in ("src", "tgt", "tsv") if getattr(self, name)]
+        ignored = [name for name in given if name not in used]
+        if ignored:
+            raise ValueError(
+                f"corpus={self.corpus!r} does not read {', '.join(ignored)}: set corpus to "
+                "'files' (src and tgt) or 'tsv' (tsv), or leave them unset."
+            )
+        if self.val_tsv and self.val_src:
+            raise ValueError("Give val_src and val_tgt, or val_tsv, not both.")
+        if self.corpus == "tfds" and (self.val_src or self.val_tsv):
+            raise ValueError(
+                "corpus='tfds' validates on the corpus' own validation split: leave val_src, "
+                "val_tgt and val_tsv unset."
             )
 
     def _validate_tokenizer_settings(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
-from num2words import num2words
+from num2words import CONVERTER_CLASSES, num2words
 
 if TYPE_CHECKING:  # for annotations only: the config module imports the model
     from keras_transformer.config import TrainConfig
@@ -57,6 +57,12 @@ def demo_corpus(
     """
     if not 0 < num_pairs <= 1_000_000:
         raise ValueError(f"num_pairs must be in 1..1000000. Received: num_pairs={num_pairs}")
+    for lang in (source_lang, target_lang):
+        try:
+            num2words(1, lang=lang)
+        except NotImplementedError:
+            known = ", ".join(sorted(CONVERTER_CLASSES))
+            raise ValueError(f"num2words has no language {lang!r}. Known: {known}.") from None
     rng = random.Random(seed)
     seen: set[int] = set()
     numbers: list[int] = []
@@ -231,7 +237,7 @@ def load_tfds(
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
         if not _can_reach("storage.googleapis.com") and not _can_reach("github.com"):
-            raise RuntimeError(
+            raise ConnectionError(
                 f"tensorflow-datasets '{name}' is not prepared in {builder.data_dir} and "
                 "there is no internet connection to download it. Train from local files "
                 "instead: `keras-transformer train --src train.pt --tgt train.en "
@@ -269,7 +275,13 @@ def load_corpus(config: TrainConfig) -> tuple[object, object]:
     if config.corpus == "tfds":
         return load_tfds(config.tfds_name, "train"), load_tfds(config.tfds_name, "validation")
     if config.corpus == "demo":
-        source_lang, target_lang = config.demo_languages.split("-")
+        languages = config.demo_languages.split("-")
+        if len(languages) != 2:
+            raise ValueError(
+                "demo_languages must be two num2words language codes joined by '-', such as "
+                f"'en-pt'. Received: demo_languages={config.demo_languages!r}"
+            )
+        source_lang, target_lang = languages
         pairs = demo_corpus(config.demo_pairs, config.seed, source_lang, target_lang)
     elif config.corpus == "files":
         pairs = read_parallel_files(config.src, config.tgt)

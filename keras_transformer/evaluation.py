@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
+from sacremoses.corpus import NonbreakingPrefixes
 from tqdm.auto import tqdm
 
 from keras_transformer import corpora
@@ -73,6 +74,7 @@ def moses_form(lines: Sequence[str], lang: str, lowercase: bool = True) -> list[
     default), punctuation-normalized and tokenized with sacremoses for language `lang`,
     quotes and apostrophes escaped (`&quot;`, `&apos;`). Scoring such lines needs
     `tokenize="none"`."""
+    check_moses_lang(lang)
     normalizer = MosesPunctNormalizer(lang=lang)
     tokenizer = MosesTokenizer(lang=lang)
     return [
@@ -81,6 +83,17 @@ def moses_form(lines: Sequence[str], lang: str, lowercase: bool = True) -> list[
         )
         for line in lines
     ]
+
+
+def check_moses_lang(lang: str) -> None:
+    """sacremoses takes English's rules, silently, for a language it has none for (such
+    as a misspelt code): such a code is refused instead ("en" asks for English's)."""
+    known = sorted(set(NonbreakingPrefixes().available_langs.values()))
+    if lang not in known:
+        raise ValueError(
+            f"sacremoses has no Moses rules for language {lang!r}. Known: {', '.join(known)} "
+            "(en for English's rules)."
+        )
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
@@ -153,6 +166,8 @@ def evaluate(
             f"The source has {len(sources)} lines but the reference has {len(references)}: "
             "they must be line-aligned."
         )
+    if not sources:
+        raise ValueError("The source has no lines: there is nothing to translate and score.")
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive. Received: batch_size={batch_size}")
     if moses_lang and tokenize != "none":
@@ -160,6 +175,8 @@ def evaluate(
             f"Translations in Moses form are tokenized already: score them with "
             f'tokenize="none". Received: tokenize={tokenize!r}'
         )
+    if moses_lang:
+        check_moses_lang(moses_lang)
     metadata = dict(metadata or {})
     taken = sorted(set(metadata) & set(RESULT_FIELDS))
     if taken:
@@ -168,6 +185,11 @@ def evaluate(
         json.dumps(metadata)
     except TypeError as error:  # before translating, not after
         raise ValueError(f"metadata must be JSON-serializable: {error}") from None
+    if output_dir is not None:
+        # Made before translating: a path that cannot be a directory fails now, not
+        # after the whole set is translated.
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
     if not callable(translate):
         translate = saved_model_translate_fn(translate, beam_width)
 
@@ -181,8 +203,6 @@ def evaluate(
     result = score(scored, references, tokenize=tokenize, lowercase=lowercase)
     result.update(metadata)
     if output_dir is not None:
-        output_dir = Path(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "translations.txt").write_text(
             "".join(h + "\n" for h in hypotheses), encoding="utf-8"
         )

@@ -122,12 +122,18 @@ def _check_same_run(run_dir: Path, run_config: dict) -> None:
     # Their tokenizer section does not name its kind (WordPiece, one vocabulary a side).
     old["tokenizer"] = run_dir_lib.tokenizer_settings(old)
     for section in ("model", "tokenizer", "data"):
-        if old.get(section) != run_config[section]:
-            raise ValueError(
-                f"{run_dir} holds a run with different {section} settings "
-                f"({old.get(section)} != {run_config[section]}); use another run directory "
-                "to start a new run."
-            )
+        if section not in run_config or old.get(section) == run_config[section]:
+            continue
+        was, now = old.get(section) or {}, run_config[section]
+        changes = ", ".join(
+            f"{key} {was.get(key)!r} -> {now.get(key)!r}"
+            for key in sorted(set(was) | set(now))
+            if was.get(key) != now.get(key)
+        )
+        raise ValueError(
+            f"{run_dir} holds a run with different {section} settings ({changes}); use "
+            "another run directory to start a new run."
+        )
 
 
 def _whole_run_history(history: keras.callbacks.History, run_dir: Path):
@@ -163,25 +169,27 @@ def train(
     atomic.remove_partial_files(
         run_dir, run_dir / run_dir_lib.CHECKPOINT_DIR, run_dir / run_dir_lib.BACKUP_DIR
     )
-    if (run_dir / run_dir_lib.CONFIG_FILE).is_file():
-        # A run that has started: its tokenizer files must be there and be its own
-        # (they are written before config.json), never learned again or taken from
-        # another run.
-        run_dir_lib.load_tokenizers(run_dir)
-    source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
-    model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     data_settings = {
         k: getattr(config, k)
         for k in ("corpus", "src", "tgt", "tsv", "tfds_name", "demo_pairs", "demo_languages")
     }
-    run_config = {
-        "model": model_kwargs,
-        "tokenizer": config.tokenizer_kwargs(),
-        "data": data_settings,
-        "training": dataclasses.asdict(config),
-    }
-    _check_same_run(run_dir, run_config)
+    run_config = {"tokenizer": config.tokenizer_kwargs(), "data": data_settings}
     settings = run_dir_lib.tokenizer_settings(run_config)
+    if (run_dir / run_dir_lib.CONFIG_FILE).is_file():
+        # A run that has started: the same data and tokenizers, checked before anything
+        # is learned. Its tokenizer files must be there and be its own (they are
+        # written before config.json), never learned again or taken from another run.
+        _check_same_run(run_dir, run_config)
+        run_dir_lib.load_tokenizers(run_dir)
+    else:
+        # Tokenizer files without config.json are a start's that stopped before it, from
+        # whatever corpus and settings it had: learned again, not trusted.
+        for filename in set(run_dir_lib.tokenizer_files(settings)):
+            (run_dir / filename).unlink(missing_ok=True)
+    source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
+    model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
+    run_config = {"model": model_kwargs, **run_config, "training": dataclasses.asdict(config)}
+    _check_same_run(run_dir, run_config)
     run_config["files"] = run_dir_lib.tokenizer_fingerprints(run_dir, settings)
     run_dir_lib.write_config(run_dir, run_config)
 

@@ -141,6 +141,37 @@ def test_evaluate_rejects_bad_input(saved_model, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "keras-transformer evaluate: error: argument --tokenize: invalid choice" in err
     assert not (tmp_path / "e").exists(), "nothing is written when the input is refused"
+    empty = write_lines(tmp_path / "empty.txt", [])
+    empty_set = ["--src", str(empty), "--ref", str(empty), "--output-dir", str(tmp_path / "e")]
+    message = user_error(capsys, ["evaluate", "--model", str(saved_model), *empty_set])
+    assert message == "The source has no lines: there is nothing to translate and score."
+    # sacremoses would take English's rules for a code it lacks, silently.
+    message = user_error(capsys, base + ["--ref", str(src), "--moses", "German"])
+    assert message.startswith("sacremoses has no Moses rules for language 'German'")
+    assert not (tmp_path / "e").exists()
+    # An output directory that cannot be made fails before anything is translated.
+    a_file = write_lines(tmp_path / "a_file", ["x"])
+    message = user_error(capsys, base + ["--ref", str(src), "--output-dir", str(a_file / "e")])
+    assert str(a_file) in message
+
+
+def test_evaluate_keeps_another_evaluations_results(saved_model, tmp_path, capsys):
+    src = write_lines(tmp_path / "test.src", SOURCES)
+    ref = write_lines(tmp_path / "test.ref", ["3 1 4"] * len(SOURCES))
+    other_ref = write_lines(tmp_path / "other.ref", ["1"] * len(SOURCES))
+    out = tmp_path / "eval"
+    base = ["evaluate", "--model", str(saved_model), "--src", str(src), "--no-progress",
+            "--output-dir", str(out)]  # fmt: skip
+    assert cli.main(base + ["--ref", str(ref)]) == 0
+    scores = (out / "scores.json").read_text()
+    # The same evaluation again may replace its own results...
+    assert cli.main(base + ["--ref", str(ref)]) == 0
+    capsys.readouterr()
+    # ...another's (another reference, another search) may not.
+    for more in (["--ref", str(other_ref)], ["--ref", str(ref), "--beam", "2"]):
+        message = user_error(capsys, base + more)
+        assert message.startswith(f"{out} holds the results of another evaluation"), message
+        assert (out / "scores.json").read_text() == scores
 
 
 # ----------------------------------------------------------------------------- export, translate

@@ -1,5 +1,7 @@
 """TrainConfig, the settings of a training run (`config.py`)."""
 
+import json
+
 import pytest
 
 from keras_transformer import cli
@@ -62,3 +64,75 @@ def test_subword_alpha_is_a_flag_and_is_checked():
         ValueError, match="subword_alpha cannot be used with strategy='multi_worker'"
     ):
         TrainConfig(strategy="multi_worker", subword_alpha=0.2).validate()
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
+        ({"val_fraction": 0.0}, r"val_fraction must be in \(0, 1\)"),
+        ({"learning_rate": 0.0}, r"learning_rate must be in \(0, inf\)"),
+        ({"weight_decay": -0.1}, r"weight_decay must be in \[0, inf\)"),
+        ({"clip_norm": 0.0}, r"clip_norm must be in \(0, inf\)"),
+        ({"time_budget_minutes": 0.0}, r"time_budget_minutes must be in \(0, inf\)"),
+        ({"batch_tokens": 0}, "batch_tokens must be positive"),
+        ({"steps_per_epoch": 0}, "steps_per_epoch must be positive"),
+        ({"keep_epoch_checkpoints": -1}, "keep_epoch_checkpoints must be 0 or more"),
+        # The model's own checks, before any run directory is written.
+        ({"d_model": 100, "num_heads": 8}, "must be divisible by `num_heads`"),
+        ({"dropout_rate": 1.0}, "dropout_rate"),
+        ({"activation": "gleu"}, "gleu"),
+        ({"max_tokens": 200, "max_length": 128}, "max_tokens=200 exceeds max_length=128"),
+        # Data paths the chosen corpus would not read.
+        ({"corpus": "tsv", "tsv": "a.tsv", "src": "a.pt"}, "corpus='tsv' does not read src"),
+        ({"src": "a.pt", "tgt": "a.en"}, "corpus='demo' does not read src, tgt"),
+        ({"corpus": "tfds", "val_src": "v.pt", "val_tgt": "v.en"}, "own validation split"),
+        (
+            {"tsv": "a.tsv", "corpus": "tsv", "val_tsv": "v.tsv", "val_src": "v", "val_tgt": "w"},
+            "not both",
+        ),
+    ],
+)
+def test_settings_out_of_range_are_refused_by_validate(values, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**values).validate()
+
+
+def test_unset_optional_settings_and_edges_are_allowed():
+    TrainConfig(
+        label_smoothing=0.0,
+        weight_decay=0.0,
+        keep_epoch_checkpoints=0,
+        max_tokens=128,
+        max_length=128,
+        early_stopping_patience=0,
+    ).validate()
+
+
+def test_data_paths_given_as_flags_choose_their_corpus_over_a_files(tmp_path):
+    tsv_run = tmp_path / "tsv.json"
+    tsv_run.write_text(json.dumps({"corpus": "tsv", "tsv": "old.tsv", "val_tsv": "old_val.tsv"}))
+    args = cli.build_parser().parse_args(
+        ["train", "--run-dir", "x", "--config", str(tsv_run), "--src", "a.pt", "--tgt", "a.en"]
+    )
+    config = cli.config_from_args(args)
+    assert (config.corpus, config.src, config.tgt, config.tsv) == ("files", "a.pt", "a.en", None)
+    assert config.val_tsv == "old_val.tsv"  # not a training path: kept
+    config.validate()
+    files_run = tmp_path / "files.json"
+    files_run.write_text(json.dumps({"corpus": "files", "src": "a.pt", "tgt": "a.en"}))
+    args = cli.build_parser().parse_args(
+        ["train", "--run-dir", "x", "--config", str(files_run), "--tsv", "b.tsv"]
+    )
+    config = cli.config_from_args(args)
+    assert (config.corpus, config.src, config.tgt, config.tsv) == ("tsv", None, None, "b.tsv")
+    # A file's own corpus and paths stay as they are without such flags.
+    args = cli.build_parser().parse_args(["train", "--run-dir", "x", "--config", str(tsv_run)])
+    assert cli.config_from_args(args).corpus == "tsv"
+
+
+def test_from_dict_takes_the_corpus_from_the_paths_given():
+    assert TrainConfig.from_dict({"src": "a.pt", "tgt": "a.en"}).corpus == "files"
+    assert TrainConfig.from_dict({"tsv": "a.tsv"}).corpus == "tsv"
+    assert TrainConfig.from_dict({}).corpus == "demo"
+    assert TrainConfig.from_dict({"corpus": "tsv", "tsv": "a.tsv"}).corpus == "tsv"

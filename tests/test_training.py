@@ -178,3 +178,50 @@ def test_a_run_from_before_sentencepiece_resumes_as_wordpiece(tmp_path):
     cased = training.TrainConfig(tokenizer="wordpiece")
     with pytest.raises(ValueError, match="different tokenizer"):
         training._check_same_run(tmp_path, {**same, "tokenizer": cased.tokenizer_kwargs()})
+
+
+def test_settings_no_model_takes_leave_no_run_directory(tmp_path):
+    for values in ({"num_heads": 3}, {"dropout_rate": 1.0}, {"max_length": 8}):
+        with pytest.raises(ValueError):
+            training.train({**TINY, **values}, tmp_path / "run", verbose=0)
+        assert not (tmp_path / "run").exists(), values
+
+
+def test_a_started_run_refuses_other_tokenizer_settings_before_learning_any(tmp_path, monkeypatch):
+    config = training.TrainConfig.from_dict(TINY)
+    data = {k: getattr(config, k) for k in ("corpus", "src", "tgt", "tsv", "tfds_name")}
+    data.update(demo_pairs=config.demo_pairs, demo_languages=config.demo_languages)
+    run_dir.write_config(
+        tmp_path,
+        {"model": {}, "tokenizer": config.tokenizer_kwargs(), "data": data},
+    )
+
+    def must_not_learn(*args, **kwargs):
+        raise AssertionError("learned a tokenizer for a run it then refused")
+
+    monkeypatch.setattr(training, "learn_sentencepiece_model", must_not_learn)
+    with pytest.raises(ValueError, match="different tokenizer settings") as error:
+        training.train({**TINY, "shared_vocab": True}, tmp_path, verbose=0)
+    # Only what changed, not two whole dicts.
+    assert "(shared_vocab False -> True)" in str(error.value)
+    assert not (tmp_path / run_dir.JOINT_SPM_FILE).exists()
+
+
+def test_tokenizer_files_of_a_start_that_never_wrote_its_config_are_learned_again(
+    tmp_path, monkeypatch
+):
+    # A start stopped before config.json (Ctrl-C while learning the target side) may
+    # have learned its source side from another corpus.
+    stale = tmp_path / run_dir.SOURCE_SPM_FILE
+    stale.write_bytes(b"learned from the wrong corpus")
+
+    class Stop(Exception):
+        pass
+
+    def build(config, train_pairs, path):
+        assert not stale.exists(), "a stale tokenizer file was kept"
+        raise Stop
+
+    monkeypatch.setattr(training, "build_tokenizers", build)
+    with pytest.raises(Stop):
+        training.train(TINY, tmp_path, verbose=0)

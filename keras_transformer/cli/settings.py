@@ -111,12 +111,25 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None):
         if getattr(args, f.name, None) is not None
     }
     values.update(flags)
-    if "corpus" not in flags and "corpus" not in values:
-        if values.get("src") or values.get("tgt"):
-            values["corpus"] = "files"
-        elif values.get("tsv"):
-            values["corpus"] = "tsv"
+    # Data paths given as flags win over a file's or preset's, as every flag does: the
+    # other form's paths go, and so does the corpus the file chose unless --corpus is
+    # given (`TrainConfig.from_dict` then infers it from the paths).
+    for own, other in _DATA_FORMS:
+        if flags.keys() & own:
+            for name in other:
+                values.pop(name, None)
+            if own & {"src", "tgt", "tsv"} and "corpus" not in flags:
+                values.pop("corpus", None)
     return TrainConfig.from_dict(values)
+
+
+# Each pair: the settings of one way to give data, and those of the other way.
+_DATA_FORMS = (
+    ({"src", "tgt"}, {"tsv"}),
+    ({"tsv"}, {"src", "tgt"}),
+    ({"val_src", "val_tgt"}, {"val_tsv"}),
+    ({"val_tsv"}, {"val_src", "val_tgt"}),
+)
 
 
 def print_summary(history, run_dir) -> None:

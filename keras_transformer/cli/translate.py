@@ -15,6 +15,7 @@ from keras_transformer.cli.common import (
     BEAM_HELP,
     MODEL_HELP,
     PROG,
+    UserError,
     add_common_flags,
     require_positive,
 )
@@ -288,11 +289,41 @@ def _model_name(model: str) -> str:
     return path.parent.name if path.name.isdigit() else path.name
 
 
+def _check_not_another_evaluation(output_dir: Path, metadata: dict) -> None:
+    """An evaluation's outputs are replaced only by the same evaluation run again: the
+    default directory is the model's, and another test set or search must not
+    overwrite its scores unasked."""
+    scores_file = output_dir / "scores.json"
+    if not scores_file.is_file():
+        return
+    try:
+        earlier = json.loads(scores_file.read_text(encoding="utf-8"))
+    except ValueError:
+        earlier = {}
+    if not isinstance(earlier, dict):
+        earlier = {}
+    changed = [key for key, value in metadata.items() if earlier.get(key) != value]
+    if changed:
+        raise UserError(
+            f"{output_dir} holds the results of another evaluation (its "
+            f"{', '.join(f'{key} {earlier.get(key)!r}' for key in changed)}): give another "
+            "--output-dir, or remove that one"
+        )
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
 
     require_positive(args, "beam", "batch_size")
     output_dir = args.output_dir or str(Path("evaluations") / _model_name(args.model))
     tokenize = args.tokenize or ("none" if args.moses else DEFAULT_TOKENIZE)
+    metadata = {
+        "model": str(args.model),
+        "src": str(args.src),
+        "ref": str(args.ref),
+        "search": f"beam {args.beam}" if args.beam else "greedy",
+        "moses": args.moses,
+    }
+    _check_not_another_evaluation(Path(output_dir), metadata)
     result = evaluate(
         args.model,
         args.src,
@@ -304,13 +335,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         output_dir=output_dir,
         beam_width=args.beam,
         progress=not args.no_progress,
-        metadata={
-            "model": str(args.model),
-            "src": str(args.src),
-            "ref": str(args.ref),
-            "search": f"beam {args.beam}" if args.beam else "greedy",
-            "moses": args.moses,
-        },
+        metadata=metadata,
     )
     text = json.dumps(result, indent=2)
     if args.json_out == "-":
