@@ -19,6 +19,7 @@ from keras_transformer import corpora
 from keras_transformer.config import TrainConfig
 from keras_transformer.export import (
     DEFAULT_EXPORT_ROOT,
+    check_export_name,
     export_run,
     load_translator,
     translate_texts,
@@ -110,6 +111,7 @@ def run_demo(
     """
     if examples < 0:
         raise ValueError(f"examples must be 0 or more. Received: examples={examples}")
+    check_export_name(name)  # before training, not after
     if config is None:
         config = DEMO_SETTINGS
     if isinstance(config, dict):

@@ -138,8 +138,7 @@ def export_translator(
             translator_or_model, source_tokenizer, target_tokenizer, **translator_kwargs
         )
     translator = given.frozen()
-    if not name or os.sep in name or name in (".", ".."):
-        raise ValueError(f"`name` must be a plain directory name. Received: name={name!r}")
+    check_export_name(name)
     model_dir = Path(export_root) / name
     model_dir.mkdir(parents=True, exist_ok=True)
     version = next_version(model_dir) if version is None else int(version)
@@ -199,6 +198,12 @@ def source_limit_of_run(config: dict) -> int | None:
         return None
     positions = config.get("model", {}).get("max_length")
     return int(limit) if positions is None else min(int(limit), int(positions))
+
+
+def check_export_name(name: str) -> None:
+    """An export's name is one directory under the export root."""
+    if not name or os.sep in name or name in (".", ".."):
+        raise ValueError(f"`name` must be a plain directory name. Received: name={name!r}")
 
 
 def load_translator(path: str | os.PathLike):

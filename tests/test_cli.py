@@ -387,6 +387,9 @@ def test_plot_attention_and_curves(tiny_run_dir, tmp_path, capsys):
         capsys, ["plot", "curves", "--run-dir", str(tiny_run_dir), "--out", str(curves)]
     )
     assert message == f"{tiny_run_dir} has no history.json: no finished epoch to plot"
+    typo = tmp_path / "rnu"
+    message = user_error(capsys, ["plot", "curves", "--run-dir", str(typo), "--out", str(curves)])
+    assert message == f"{typo} is not a directory: give a run directory"
     message = user_error(
         capsys,
         ["plot", "attention", "--run-dir", str(run), "x", "--checkpoint", "nope.keras",
@@ -463,6 +466,10 @@ def test_train_user_errors(tmp_path, capsys):
         "d_model must be positive. Received: d_model=0"
     )
     assert "needs both src and tgt" in user_error(capsys, run + ["--corpus", "files"])
+    # The demo's export name is checked before it trains, not after.
+    demo = ["demo", "--run-dir", str(tmp_path / "demo_run"), "--name", "a/b"]
+    assert user_error(capsys, demo).startswith("`name` must be a plain directory name")
+    assert not (tmp_path / "demo_run").exists()
     # A flag's own type is argparse's to check, in argparse's form.
     with pytest.raises(SystemExit) as exit_info:
         cli.main(run + ["--lower-case", "maybe"])

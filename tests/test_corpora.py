@@ -6,6 +6,7 @@ import time
 import pytest
 
 from keras_transformer import corpora, data
+from keras_transformer.config import TrainConfig
 
 
 def test_demo_corpus_is_deterministic_distinct_and_bilingual():
@@ -19,6 +20,11 @@ def test_demo_corpus_is_deterministic_distinct_and_bilingual():
     assert set(german) == {src for src, _ in pairs[:50]}
     with pytest.raises(ValueError, match="num_pairs"):
         corpora.demo_corpus(num_pairs=0)
+    with pytest.raises(ValueError, match="num2words has no language 'xx'"):
+        corpora.demo_corpus(num_pairs=10, target_lang="xx")
+    config = TrainConfig(demo_languages="en")
+    with pytest.raises(ValueError, match="two num2words language codes"):
+        corpora.load_corpus(config)
 
 
 def _write(path, lines: list[bytes]):

@@ -74,6 +74,8 @@ def run_plot(args: argparse.Namespace) -> int:
     elif args.figure == "schedule":
         plotting.plot_learning_rate(args.d_model, args.warmup_steps, args.steps, path=out)
     elif args.figure == "curves":
+        if not Path(args.run_dir).is_dir():
+            raise UserError(f"{args.run_dir} is not a directory: give a run directory")
         if not (Path(args.run_dir) / HISTORY_FILE).is_file():
             raise UserError(f"{args.run_dir} has no {HISTORY_FILE}: no finished epoch to plot")
         plotting.plot_training_curves(args.run_dir, out)
