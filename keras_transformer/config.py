@@ -24,6 +24,9 @@ from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
 # The model's sizes, with the TensorFlow tutorial's values.
 MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
 
+# The settings that name the training corpus' files.
+TRAINING_DATA_PATHS = ("src", "tgt", "tsv")
+
 # Settings whose value must be one of a few names.
 CHOICES = {
     "corpus": ("demo", "files", "tsv", "tfds"),
@@ -255,7 +258,7 @@ class _RunSettings:
         """Every data path given is one the chosen corpus reads: a path it would ignore
         is a mistake (such as --src with a config file whose corpus is tsv)."""
         used = {"files": {"src", "tgt"}, "tsv": {"tsv"}}.get(self.corpus, set())
-        given = [name for name in ("src", "tgt", "tsv") if getattr(self, name)]
+        given = [name for name in TRAINING_DATA_PATHS if getattr(self, name)]
         ignored = [name for name in given if name not in used]
         if ignored:
             raise ValueError(

@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_transformer import atomic, corpora, data, distribute
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
-from keras_transformer.config import TrainConfig, read_config_file
+from keras_transformer.config import TRAINING_DATA_PATHS, TrainConfig, read_config_file
 from keras_transformer.losses import MaskedLoss, masked_loss, token_losses
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
 from keras_transformer.model import Transformer
@@ -111,6 +111,17 @@ def _learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
         write_vocabulary(vocab, path)
 
 
+def _same_file(a: str | None, b: str | None) -> bool:
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    if os.path.normpath(a) == os.path.normpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is missing
+        return False
+
+
 def _check_same_run(run_dir: Path, run_config: dict) -> None:
     if not (run_dir / run_dir_lib.CONFIG_FILE).is_file():
         return
@@ -121,6 +132,14 @@ def _check_same_run(run_dir: Path, run_config: dict) -> None:
     old["model"] = {**defaults, **old.get("model", {})}
     # Their tokenizer section does not name its kind (WordPiece, one vocabulary a side).
     old["tokenizer"] = run_dir_lib.tokenizer_settings(old)
+    if "data" in run_config and isinstance(old.get("data"), dict):
+        # A corpus file named another way (./train.pt, or its absolute path) is the same.
+        old["data"] = {
+            key: run_config["data"][key]
+            if key in TRAINING_DATA_PATHS and _same_file(value, run_config["data"].get(key))
+            else value
+            for key, value in old["data"].items()
+        }
     for section in ("model", "tokenizer", "data"):
         if section not in run_config or old.get(section) == run_config[section]:
             continue

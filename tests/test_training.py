@@ -225,3 +225,19 @@ def test_tokenizer_files_of_a_start_that_never_wrote_its_config_are_learned_agai
     monkeypatch.setattr(training, "build_tokenizers", build)
     with pytest.raises(Stop):
         training.train(TINY, tmp_path, verbose=0)
+
+
+def test_a_corpus_file_named_another_way_is_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.pt").write_text("um\n")
+    config = {"model": {}, "tokenizer": {"lower_case": True}}
+    data = {"corpus": "files", "src": "train.pt", "tgt": "train.en", "tsv": None}
+    run_dir.write_config(tmp_path / "run", {**config, "data": data})
+    tokenizer = run_dir.tokenizer_settings(config)
+    for src in ("./train.pt", str(tmp_path / "train.pt")):
+        same = {"tokenizer": tokenizer, "data": {**data, "src": src}}
+        training._check_same_run(tmp_path / "run", same)
+    with pytest.raises(ValueError, match="src 'train.pt' -> 'other.pt'"):
+        training._check_same_run(
+            tmp_path / "run", {"tokenizer": tokenizer, "data": {**data, "src": "other.pt"}}
+        )
