@@ -223,7 +223,11 @@ class _RunSettings:
         # The model's own checks (head size, dropout rates, activation, ...), run by
         # constructing one, which makes no weights: before a run directory is written,
         # not after, when it would hold settings that no model can take.
-        Transformer(**self.model_kwargs(self.vocab_size, self.vocab_size), **self.step_kwargs())
+        Transformer(
+            **self.model_kwargs(self.vocab_size, self.vocab_size),
+            **self.step_kwargs(),
+            name="settings_check",
+        )
 
     def _validate_ranges(self) -> None:
         """Numbers whose meaning ends outside a range; unset (None) is always allowed."""
