@@ -143,8 +143,8 @@ def test_attention_rejects_wrong_feature_size_and_rank():
     layer = kt.GlobalSelfAttention(d_model=D, num_heads=H)
     with pytest.raises(ValueError, match="d_model=16"):
         layer(np.zeros((1, 3, 8), "float32"))
-    with pytest.raises(ValueError, match="shape"):
-        layer(np.zeros((3, D), "float32"))
+    with pytest.raises(ValueError, match=r"must have shape \(batch, length, d_model\)"):
+        layer(np.zeros((1, 3, D, 1), "float32"))
 
 
 # -- the tutorial's construction: keras.layers.MultiHeadAttention's arguments ----------------

@@ -120,7 +120,11 @@ def test_mixed_precision_step_follows_the_model(variant):
     model = model_of(variant, dtype="mixed_bfloat16")
     full = model((SOURCE, TARGET), training=False).numpy()
     state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
-    assert state["weights"]["layers"][0]["qkv_kernel"].dtype == tf.bfloat16
+    # Every product of the step (each layer's and the output projection) in bfloat16.
+    weights = state["weights"]
+    kernels = [v for layer in weights["layers"] for k, v in layer.items() if k.endswith("kernel")]
+    kernels.append(weights["projection_kernel"])
+    assert len(kernels) > len(weights["layers"]) and {k.dtype for k in kernels} == {tf.bfloat16}
     for t in range(TARGET.shape[1]):
         logits, state = model.decoding_step(tf.constant(TARGET), t, state)
         assert logits.dtype == tf.float32

@@ -12,7 +12,7 @@ from keras_transformer.layers import masks
 from keras_transformer.losses import MaskedLoss
 from keras_transformer.metrics import masked_accuracy
 from keras_transformer.schedules import make_optimizer
-from tests.helpers import assert_close, tiny_transformer, token_ids
+from tests.helpers import BFLOAT16_ATOL, assert_close, tiny_transformer, token_ids
 
 VOCAB = 48
 
@@ -137,10 +137,11 @@ def test_mixed_precision(policy):
     assert model.encoder.enc_layers[0].self_attention.mha.query_dense.compute_dtype == policy[6:]
     history = model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     assert np.isfinite(history.history["loss"][0])
-    # Close to the float32 model with the same weights.
+    # Close to the float32 model with the same weights: the logits themselves (an
+    # untrained model's probabilities are all about 1/VOCAB, close whatever the logits).
     reference = tiny_transformer(num_layers=2, **MODEL)
     reference.set_weights(model.get_weights())
-    assert_close(tf.nn.softmax(model(x)), tf.nn.softmax(reference(x)), atol=5e-2)
+    assert_close(model(x), reference(x), atol=BFLOAT16_ATOL)
 
 
 def test_summary_names_the_parts():
