@@ -26,7 +26,7 @@ step chooses its token. What beam search uses from here is public:
 (`attention_form_by_rows`). The dependency runs one way: this module does not
 import beam search.
 
-Why one module of ~540 lines: it is one concept, the token-by-token search loop.
+Why one module of ~560 lines: it is one concept, the token-by-token search loop.
 Greedy search and sampling are the same `_token_search` (its two loops, one
 stepping every row and one only the rows still decoding, share the buffers,
 row limits and invariants), and `in_sub_batches` (with `rows_per_search`,

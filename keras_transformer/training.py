@@ -207,8 +207,8 @@ def train(
             (run_dir / filename).unlink(missing_ok=True)
     source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
     model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
+    _check_same_run(run_dir, {"model": model_kwargs})  # data and tokenizers checked above
     run_config = {"model": model_kwargs, **run_config, "training": dataclasses.asdict(config)}
-    _check_same_run(run_dir, run_config)
     run_config["files"] = run_dir_lib.tokenizer_fingerprints(run_dir, settings)
     run_dir_lib.write_config(run_dir, run_config)
 

@@ -7,7 +7,13 @@ import dataclasses
 
 from keras_transformer import presets
 from keras_transformer.cli.common import _bool, _optional
-from keras_transformer.config import CHOICES, SETTING_HELP, TrainConfig, read_config_file
+from keras_transformer.config import (
+    CHOICES,
+    SETTING_HELP,
+    TRAINING_DATA_PATHS,
+    TrainConfig,
+    read_config_file,
+)
 from keras_transformer.layers.options import BLOCK_OPTION_HELP
 from keras_transformer.model import MODEL_OPTION_HELP
 
@@ -118,7 +124,7 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None):
         if flags.keys() & own:
             for name in other:
                 values.pop(name, None)
-            if own & {"src", "tgt", "tsv"} and "corpus" not in flags:
+            if own & set(TRAINING_DATA_PATHS) and "corpus" not in flags:
                 values.pop("corpus", None)
     return TrainConfig.from_dict(values)
 
