@@ -11,7 +11,9 @@ A run
    training flag overrides it) for `--minutes` of training (resumable: run it again);
 2. chooses on the *validation* set only: the best checkpoint (by validation loss) or an
    average of the last 5, 10, ... epochs' checkpoints it kept (greedy BLEU), then the beam's
-   length penalty (from 0.6, 1.0, 1.4, extended upward while the largest tried wins);
+   length penalty: of those tried (0.6, 1.0, 1.4, extended upward while the largest tried
+   wins), the smallest whose BLEU is within one standard error of the best's
+   (`choose_length_penalty`);
 3. exports the choice in TF Serving layout and scores the *exported SavedModel* on the test
    set, greedy and beam, with sacrebleu: BLEU and chrF on the raw reference (`--tokenize`,
    "13a" by default, "none" for pre-tokenized corpora such as TED as released) and, given
@@ -28,6 +30,9 @@ import shlex
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+from sacrebleu.metrics import BLEU
 
 from keras_transformer import evaluation, export
 from keras_transformer import run_dir as run_dir_lib
@@ -68,6 +73,8 @@ PATH_KEYS = ("src", "tgt", "val_src", "val_tgt", "test_src", "test_ref", "test_r
 LENGTH_PENALTIES = (0.6, 1.0, 1.4)
 LENGTH_PENALTY_STEP = 0.4
 MAX_LENGTH_PENALTY = 3.0
+# Resamples of the validation set behind the standard error of a BLEU difference.
+BOOTSTRAP_SAMPLES = 1000
 # Averages tried on validation besides the best checkpoint: the last 5, 10, 20, ... epochs'
 # checkpoints, up to as many as the run keeps (that number itself always among them).
 SMALLEST_AVERAGE = 5
@@ -138,6 +145,44 @@ def search_length_penalty(score) -> dict:
     return scores
 
 
+def bleu_difference_standard_error(
+    hypotheses_a, hypotheses_b, references, tokenize: str, samples: int = BOOTSTRAP_SAMPLES
+) -> float:
+    """The standard error of BLEU(a) - BLEU(b) on one set of references, by paired bootstrap
+    resampling of its sentences (Koehn, 2004): each resample scores both outputs on the same
+    sentences, so what the two have in common does not count as noise. Seeded: the same
+    outputs give the same figure."""
+    bleu = BLEU(tokenize=tokenize)
+    streams = [list(references)]
+    # Per-sentence BLEU statistics, and a score from their sum: what sacrebleu's own paired
+    # significance tests use, so resampling needs no new tokenizing or n-gram counting.
+    stats_a = np.asarray(bleu._extract_corpus_statistics(list(hypotheses_a), streams))
+    stats_b = np.asarray(bleu._extract_corpus_statistics(list(hypotheses_b), streams))
+    picks = np.random.default_rng(0).integers(0, len(stats_a), size=(samples, len(stats_a)))
+    differences = [
+        bleu._compute_score_from_stats(stats_a[rows].sum(0)).score
+        - bleu._compute_score_from_stats(stats_b[rows].sum(0)).score
+        for rows in picks
+    ]
+    return float(np.std(differences, ddof=1))
+
+
+def choose_length_penalty(scores: dict, standard_error) -> float:
+    """The smallest length penalty whose BLEU is within one standard error of the best one's
+    (the one-standard-error rule of model selection), `standard_error(alpha, best)` being
+    that of the difference between the two.
+
+    The largest penalty that validation scores best often sits just below a cliff (a penalty
+    high enough lets a beam's hypotheses run on, repeating themselves, until the length
+    cap), and where the cliff falls moves from one set of sentences to the next; the smallest
+    penalty that validation cannot tell from the best keeps away from it.
+    """
+    best = max(scores, key=scores.get)
+    return min(
+        alpha for alpha in scores if scores[best] - scores[alpha] <= standard_error(alpha, best)
+    )
+
+
 def average_candidates(kept: int) -> list[int]:
     """How many of the last `kept` epoch checkpoints to average, each tried on validation:
     SMALLEST_AVERAGE doubled while below `kept`, then `kept` itself (none below 2)."""
@@ -158,13 +203,18 @@ def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     references = evaluation.read_lines(args.val_tgt)
     tokenize = args.tokenize
 
-    def bleu(translator, beam=None):
+    def bleu(translator, beam=None, outputs=None):
+        """Validation BLEU; the translations are appended to `outputs` if given."""
+        translate = in_memory_translate(translator, beam)
+
+        def recorded(batch):
+            translations = translate(batch)
+            if outputs is not None:
+                outputs.extend(translations)
+            return translations
+
         result = evaluation.evaluate(
-            in_memory_translate(translator, beam),
-            sources,
-            references,
-            tokenize=tokenize,
-            progress=False,
+            recorded, sources, references, tokenize=tokenize, progress=False
         )
         return result["bleu"]
 
@@ -181,22 +231,34 @@ def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     checkpoint = max(greedy, key=greedy.get)
     model = run_dir_lib.load_model(run_dir, average_last=candidates[checkpoint])
 
+    beam_outputs = {}
+
     def beam_bleu(alpha):
         translator = Translator(
             model, source_tokenizer, target_tokenizer, length_penalty_alpha=alpha
         )
-        result = bleu(translator, args.beam)
+        result = bleu(translator, args.beam, outputs=beam_outputs.setdefault(alpha, []))
         print(f"validation beam{args.beam} BLEU, length penalty {alpha}: {result:.2f}")
         return result
 
     beam = search_length_penalty(beam_bleu)
-    alpha = max(beam, key=beam.get)
+    best = max(beam, key=beam.get)
+    errors = {
+        alpha: bleu_difference_standard_error(
+            beam_outputs[best], beam_outputs[alpha], references, tokenize
+        )
+        for alpha in beam
+    }
+    alpha = choose_length_penalty(beam, lambda a, b: errors[a])
+    print(f"length penalty {alpha}: the smallest within one standard error of {best}'s BLEU")
     return {
         "checkpoint": checkpoint,
         "average_last": candidates[checkpoint],
         "length_penalty_alpha": alpha,
+        "length_penalty_best": best,
         "validation_bleu_greedy": greedy,
         "validation_bleu_beam": {str(k): v for k, v in beam.items()},
+        "validation_bleu_beam_standard_error": {str(k): round(v, 2) for k, v in errors.items()},
     }
 
 
