@@ -198,7 +198,7 @@ def average_candidates(kept: int) -> list[int]:
 
 def choose_on_validation(args, run_dir: Path, config: dict) -> dict:
     """Checkpoint (best or averaged) by greedy validation BLEU, then the length penalty by
-    beam validation BLEU. Only the validation set is read here."""
+    beam validation BLEU (`choose_length_penalty`). Only the validation set is read here."""
     sources = evaluation.read_lines(args.val_src)
     references = evaluation.read_lines(args.val_tgt)
     tokenize = args.tokenize
