@@ -25,11 +25,11 @@ from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
 MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
 
 # The settings that name the training corpus' files.
-TRAINING_DATA_PATHS = ("src", "tgt", "tsv")
+TRAINING_DATA_PATHS = ("src", "tgt", "tsv", "data")
 
 # Settings whose value must be one of a few names.
 CHOICES = {
-    "corpus": ("demo", "files", "tsv", "tfds"),
+    "corpus": ("demo", "files", "tsv", "tfds", "prepared"),
     "overlong": ("truncate", "drop"),
     "tokenizer": ("sentencepiece", "wordpiece"),
     "subword_model": ("unigram", "bpe"),
@@ -43,8 +43,11 @@ CHOICES = {
 # MODEL_OPTION_HELP). A setting that may be unset (None) says what unset means.
 SETTING_HELP = {
     # Data.
-    "corpus": "where the pairs come from: demo (built in), files (src and tgt), tsv (tsv) "
-    "or tfds (tfds_name)",
+    "corpus": "where the pairs come from: demo (built in), files (src and tgt), tsv (tsv), "
+    "tfds (tfds_name) or prepared (data)",
+    "data": "a prepared data directory (keras-transformer prepare), read in place of text: "
+    "its validation split validates, and the tokenizer settings must be the ones it was "
+    "prepared with (corpus prepared); unset for the other corpora",
     "src": "training sources, one sentence a line, line-aligned with tgt (corpus files); "
     "unset for the other corpora",
     "tgt": "training targets, one sentence a line, line-aligned with src (corpus files); "
@@ -126,8 +129,9 @@ def check_subword_alpha(alpha: float) -> None:
 class _RunSettings:
     """Data, tokenizer and optimisation settings (the model's are added below)."""
 
-    # Data. corpus: "demo" (built in), "files" (src/tgt), "tsv" or "tfds".
+    # Data. corpus: "demo" (built in), "files" (src/tgt), "tsv", "tfds" or "prepared" (data).
     corpus: str = "demo"
+    data: str | None = None
     src: str | None = None
     tgt: str | None = None
     val_src: str | None = None
@@ -173,13 +177,15 @@ class _RunSettings:
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
         """Settings from `values`; without a corpus, the data paths given choose it
-        (src and tgt: files, tsv: tsv), and none the built-in demo corpus."""
+        (src and tgt: files, tsv: tsv, data: prepared), and none the built-in demo corpus."""
         _check_known(values)
         if "corpus" not in values:
             if values.get("src") or values.get("tgt"):
                 values = {**values, "corpus": "files"}
             elif values.get("tsv"):
                 values = {**values, "corpus": "tsv"}
+            elif values.get("data"):
+                values = {**values, "corpus": "prepared"}
         for field in dataclasses.fields(cls):
             if field.name in values:
                 _check_type(field, values[field.name])
@@ -200,6 +206,8 @@ class _RunSettings:
             raise ValueError("corpus='files' needs both src and tgt (--src FILE --tgt FILE).")
         if self.corpus == "tsv" and not self.tsv:
             raise ValueError("corpus='tsv' needs tsv (--tsv FILE).")
+        if self.corpus == "prepared" and not self.data:
+            raise ValueError("corpus='prepared' needs data (--data PREPARED_DIR).")
         if bool(self.val_src) != bool(self.val_tgt):
             raise ValueError("Give both val_src and val_tgt, or neither.")
         positive = ("epochs", "batch_size", "max_tokens", "vocab_size", "warmup_steps")
@@ -261,16 +269,28 @@ class _RunSettings:
     def _validate_data_sources(self) -> None:
         """Every data path given is one the chosen corpus reads: a path it would ignore
         is a mistake (such as --src with a config file whose corpus is tsv)."""
-        used = {"files": {"src", "tgt"}, "tsv": {"tsv"}}.get(self.corpus, set())
+        used = {"files": {"src", "tgt"}, "tsv": {"tsv"}, "prepared": {"data"}}.get(
+            self.corpus, set()
+        )
         given = [name for name in TRAINING_DATA_PATHS if getattr(self, name)]
         ignored = [name for name in given if name not in used]
         if ignored:
             raise ValueError(
                 f"corpus={self.corpus!r} does not read {', '.join(ignored)}: set corpus to "
-                "'files' (src and tgt) or 'tsv' (tsv), or leave them unset."
+                "'files' (src and tgt), 'tsv' (tsv) or 'prepared' (data), or leave them unset."
             )
         if self.val_tsv and self.val_src:
             raise ValueError("Give val_src and val_tgt, or val_tsv, not both.")
+        if self.corpus == "prepared" and (self.val_src or self.val_tsv):
+            raise ValueError(
+                "corpus='prepared' validates on the prepared directory's validation split: "
+                "leave val_src, val_tgt and val_tsv unset (give them to prepare)."
+            )
+        if self.corpus == "prepared" and self.subword_alpha:
+            raise ValueError(
+                "subword_alpha samples new segmentations of the text every epoch, and prepared "
+                "data holds fixed ids: train from text files for it, or set subword_alpha=0."
+            )
         if self.corpus == "tfds" and (self.val_src or self.val_tsv):
             raise ValueError(
                 "corpus='tfds' validates on the corpus' own validation split: leave val_src, "

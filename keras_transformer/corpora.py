@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -101,9 +101,26 @@ def split_lines(data: bytes) -> list[bytes]:
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
-def _read_lines(path: str | os.PathLike) -> list[bytes]:
+def iter_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """The lines of a file as `split_lines` splits them, read as a stream (memory flat
+    in the file's size)."""
     with open(path, "rb") as f:
-        return split_lines(f.read())
+        first = True
+        for line in f:  # a binary file splits on b"\n" alone
+            if first:
+                line, first = line.removeprefix(codecs.BOM_UTF8), False
+            line = line[:-1] if line.endswith(b"\n") else line
+            yield line[:-1] if line.endswith(b"\r") else line
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """The number of lines `iter_lines` gives, counted without decoding them."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
 
 
 class _Skips:
@@ -150,7 +167,7 @@ def _decode(line: bytes, skips: _Skips, what: str, line_number: int) -> str | No
     return text
 
 
-def _check_not_empty(pairs: list[Pair], where: str, lines: int) -> None:
+def _check_not_empty(pairs: int, where: str, lines: int) -> None:
     if not pairs:
         reason = f"all {lines} lines were skipped" if lines else "no lines"
         raise ValueError(f"{where}: no sentence pairs ({reason}).")
@@ -169,22 +186,31 @@ def read_parallel_files(
     "\n" alone; CRLF endings, a byte-order mark and a last line without "\n"
     are read as expected.
     """
-    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
-    if len(src_lines) != len(tgt_lines):
+    return list(iter_parallel_files(src_path, tgt_path, on_error))
+
+
+def iter_parallel_files(
+    src_path: str | os.PathLike, tgt_path: str | os.PathLike, on_error: str = "skip"
+) -> Iterator[Pair]:
+    """`read_parallel_files` as a stream: the pairs one by one, memory flat in the files'
+    size. The line counts are compared before the first pair; the skips are reported,
+    and a corpus without a pair refused, after the last."""
+    lines = count_lines(src_path), count_lines(tgt_path)
+    if lines[0] != lines[1]:
         raise ValueError(
             f"Parallel files are not line-aligned: {os.fspath(src_path)} has "
-            f"{len(src_lines)} lines but {os.fspath(tgt_path)} has {len(tgt_lines)} lines."
+            f"{lines[0]} lines but {os.fspath(tgt_path)} has {lines[1]} lines."
         )
     skips = _Skips(f"{os.fspath(src_path)} / {os.fspath(tgt_path)}", on_error)
-    pairs = []
-    for i, (s, t) in enumerate(zip(src_lines, tgt_lines, strict=True), start=1):
+    pairs = 0
+    for i, (s, t) in enumerate(zip(iter_lines(src_path), iter_lines(tgt_path)), start=1):
         source = _decode(s, skips, "source", i)
         target = _decode(t, skips, "target", i) if source is not None else None
         if source is not None and target is not None:
-            pairs.append((source, target))
-    skips.report(len(src_lines))
-    _check_not_empty(pairs, skips.where, len(src_lines))
-    return pairs
+            pairs += 1
+            yield source, target
+    skips.report(lines[0])
+    _check_not_empty(pairs, skips.where, lines[0])
 
 
 def read_tsv(path: str | os.PathLike, on_error: str = "skip") -> list[Pair]:
@@ -194,21 +220,25 @@ def read_tsv(path: str | os.PathLike, on_error: str = "skip") -> list[Pair]:
     UTF-8 are skipped and reported in one warning (or raise with
     `on_error="raise"`); a file without a single pair raises ValueError.
     """
+    return list(iter_tsv(path, on_error))
+
+
+def iter_tsv(path: str | os.PathLike, on_error: str = "skip") -> Iterator[Pair]:
+    """`read_tsv` as a stream, as `iter_parallel_files` is `read_parallel_files`'s."""
     skips = _Skips(os.fspath(path), on_error)
-    lines = _read_lines(path)
-    pairs = []
-    for i, line in enumerate(lines, start=1):
+    pairs = lines = 0
+    for lines, line in enumerate(iter_lines(path), start=1):
         fields = line.split(b"\t")
         if len(fields) != 2:
-            skips.add(f"lines with {len(fields)} tab-separated fields instead of 2", i)
+            skips.add(f"lines with {len(fields)} tab-separated fields instead of 2", lines)
             continue
-        source = _decode(fields[0], skips, "source", i)
-        target = _decode(fields[1], skips, "target", i) if source is not None else None
+        source = _decode(fields[0], skips, "source", lines)
+        target = _decode(fields[1], skips, "target", lines) if source is not None else None
         if source is not None and target is not None:
-            pairs.append((source, target))
-    skips.report(len(lines))
-    _check_not_empty(pairs, skips.where, len(lines))
-    return pairs
+            pairs += 1
+            yield source, target
+    skips.report(lines)
+    _check_not_empty(pairs, skips.where, lines)
 
 
 # ----------------------------------------------------------------------------- tfds

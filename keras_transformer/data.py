@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.buckets import bucket_batch_sizes, bucket_boundaries
 from keras_transformer.config import check_subword_alpha
 
 # The readers' names as they were in this module (see the docstring).
@@ -34,17 +35,6 @@ from keras_transformer.corpora import (  # noqa: F401
 )
 
 # ----------------------------------------------------------------------------- batching
-
-
-def bucket_boundaries(max_tokens: int, smallest: int = 8) -> list[int]:
-    """Padded lengths for the buckets: about 1.5x apart, multiples of 8, up to `max_tokens`."""
-    lengths = []
-    length = smallest
-    while length < max_tokens:
-        lengths.append(length)
-        length = max(length + 8, int(length * 1.5) // 8 * 8)
-    lengths.append(max_tokens)
-    return lengths
 
 
 def _as_string_dataset(pairs: Sequence[Pair] | tf.data.Dataset) -> tf.data.Dataset:
@@ -177,10 +167,7 @@ def make_batches(
         ds = ds.cache()
 
     lengths = bucket_boundaries(max_tokens)
-    if batch_tokens is not None:
-        sizes = [max(1, batch_tokens // length) for length in lengths]
-    else:
-        sizes = [batch_size] * len(lengths)
+    sizes = bucket_batch_sizes(max_tokens, batch_size, batch_tokens)
     # A bucket holds lengths in [boundary[i-1], boundary[i]) and its batches are
     # padded to boundary[i] - 1 (context and target alike): boundaries are the
     # padded lengths plus one, and every pair fits the last one.

@@ -52,6 +52,15 @@ def get_strategy(name: str = "default", tpu: str | None = None) -> tf.distribute
     )
 
 
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """The machines `strategy` trains on: the workers (and chief) of its cluster, or 1."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return 1
+    spec = resolver.cluster_spec()
+    return sum(spec.num_tasks(job) for job in ("chief", "worker") if job in spec.jobs) or 1
+
+
 class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose `reduce` works the way Keras calls it.
 

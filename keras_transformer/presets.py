@@ -76,6 +76,36 @@ PRESETS = {
         "epochs": 150,
         "keep_epoch_checkpoints": 5,
     },
+    # Corpora of millions of pairs (WMT), trained on a GPU: the paper's base model (6+6
+    # layers, d_model 512, 8 heads, dff 2048, post-LN, dropout 0.1, label smoothing 0.1),
+    # one joint SentencePiece vocabulary of 32k whose embedding also serves the target
+    # and the output projection (the paper's section 3.4), the paper's inverse-square-root
+    # schedule with 4,000 warmup steps, and batches of about 25,000 tokens a side, as the
+    # paper's. Prepare the corpus once (`keras-transformer prepare --preset base`), then
+    # train from it (`train --preset base --data DIR`), with mixed precision on the GPU.
+    "base": {
+        "tokenizer": "sentencepiece",
+        "subword_model": "unigram",
+        "lower_case": False,
+        "shared_vocab": True,
+        "vocab_size": 32000,
+        "num_layers": 6,
+        "d_model": 512,
+        "num_heads": 8,
+        "dff": 2048,
+        "normalize_first": False,
+        "dropout_rate": 0.1,
+        "attention_dropout": 0.0,
+        "label_smoothing": 0.1,
+        "share_embeddings": True,
+        "tie_embeddings": True,
+        "learning_rate": None,
+        "warmup_steps": 4000,
+        "batch_tokens": 25000,
+        "max_tokens": 256,
+        "epochs": 20,
+        "keep_epoch_checkpoints": 5,
+    },
 }
 
 

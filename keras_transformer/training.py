@@ -8,13 +8,15 @@ users of earlier versions and of the TensorFlow tutorial know them.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import shutil
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import atomic, corpora, data, distribute
+from keras_transformer import atomic, corpora, data, distribute, prepared
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
 from keras_transformer.config import TRAINING_DATA_PATHS, TrainConfig, read_config_file
@@ -74,7 +76,7 @@ def build_tokenizers(config: TrainConfig, train_pairs, run_dir: Path):
     for filename, sides in sides_of_file.items():
         path = run_dir / filename
         if not path.is_file():
-            _learn_tokenizer_file(config, _training_texts(train_pairs, sides), path)
+            learn_tokenizer_file(config, _training_texts(train_pairs, sides), path)
     return run_dir_lib.make_tokenizers(run_dir, settings)
 
 
@@ -89,7 +91,7 @@ def _training_texts(train_pairs, sides: list[int]):
     return [sentence for side_texts in texts for sentence in side_texts]
 
 
-def _learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
+def learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
     """Learns the tokenizer `config` asks for from `texts` and writes it to `path`."""
     if config.tokenizer == "sentencepiece":
         model = learn_sentencepiece_model(
@@ -109,6 +111,84 @@ def _learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
             lower_thresh=config.vocab_lower_thresh,
         )
         write_vocabulary(vocab, path)
+
+
+def _prepared_tokenizers(prepared_data: prepared.PreparedData, run_dir: Path, settings: dict):
+    """The run's tokenizers: the prepared data's, copied into the run directory.
+
+    A run that has them already (resumed) must have the very files the data was
+    prepared with: ids mean nothing under another tokenizer.
+    """
+    names = sorted(set(run_dir_lib.tokenizer_files(settings)))
+    have = [name for name in names if (run_dir / name).is_file()]
+    prepared_data.check_tokenizer_files(
+        {name: prepared.file_sha256(run_dir / name) for name in have}, str(run_dir)
+    )
+    for name in names:
+        if name not in have:
+            source = prepared_data.directory / name
+            atomic.write_atomically(
+                run_dir / name, lambda partial, source=source: shutil.copyfile(source, partial)
+            )
+    return run_dir_lib.make_tokenizers(run_dir, settings)
+
+
+def _prepared_batches(prepared_data, config: TrainConfig, strategy, batch_args: dict):
+    """(training, validation) batches from prepared data, for `fit`.
+
+    Under a multi-worker strategy each worker reads its own shards (every
+    workers-th one) and makes batches of 1/workers of the configured size, and
+    all workers take as many steps an epoch as the one with the fewest batches.
+    On TensorFlow the batches go through tf.data, whose prefetching overlaps
+    them with the steps (and whose per-worker datasets a strategy distributes).
+    """
+    workers = distribute.num_workers(strategy)
+    worker_args = dict(batch_args)
+    if workers > 1:
+        worker_args["batch_size"] = max(1, batch_args["batch_size"] // workers)
+        if batch_args["batch_tokens"]:
+            worker_args["batch_tokens"] = max(1, batch_args["batch_tokens"] // workers)
+
+    def training_batches(worker: int, num_batches: int | None = None):
+        return prepared.PreparedBatches(
+            prepared_data.split("train", worker, workers),
+            shuffle=True,
+            seed=config.seed,
+            repeat=bool(config.steps_per_epoch),
+            num_batches=num_batches,
+            **worker_args,
+        )
+
+    fewest = min(len(training_batches(w)) for w in range(workers)) if workers > 1 else None
+    val_batches = prepared.PreparedBatches(
+        prepared_data.split("validation"), shuffle=False, **batch_args
+    )
+    if keras.backend.backend() != "tensorflow":
+        return training_batches(0), val_batches
+    if workers == 1:
+        return tf_dataset(training_batches(0)), tf_dataset(val_batches)
+    train_batches = strategy.distribute_datasets_from_function(
+        lambda context: tf_dataset(training_batches(context.input_pipeline_id, fewest))
+    )
+    return train_batches, distribute.shard_by_data(tf_dataset(val_batches))
+
+
+def tf_dataset(batches: prepared.PreparedBatches) -> tf.data.Dataset:
+    """`batches` as a tf.data dataset of known cardinality: a new epoch at every pass."""
+    epochs = itertools.count()
+
+    def generate():
+        if batches.repeat:  # one endless pass: the index counts the epochs
+            yield from (batches[index] for index in itertools.count())
+        else:
+            epoch = next(epochs)
+            yield from (batches.batch_of(epoch, position) for position in range(len(batches)))
+
+    ids = tf.TensorSpec([None, None], tf.int32)
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=((ids, ids), ids))
+    if not batches.repeat:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def _same_file(a: str | None, b: str | None) -> bool:
@@ -182,16 +262,20 @@ def train(
     run_dir = Path(run_dir)
     keras.utils.set_random_seed(config.seed)
     # Read first: a missing or unreadable corpus leaves no run directory behind.
-    train_pairs, val_pairs = corpora.load_corpus(config)
+    if config.corpus == "prepared":
+        prepared_data = prepared.PreparedData(config.data)
+        prepared_data.check_tokenizer(config.tokenizer_kwargs())
+        train_pairs = val_pairs = None
+    else:
+        prepared_data = None
+        train_pairs, val_pairs = corpora.load_corpus(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     # What writers killed mid-write left (the real files are whole: see atomic.py).
     atomic.remove_partial_files(
         run_dir, run_dir / run_dir_lib.CHECKPOINT_DIR, run_dir / run_dir_lib.BACKUP_DIR
     )
-    data_settings = {
-        k: getattr(config, k)
-        for k in ("corpus", "src", "tgt", "tsv", "tfds_name", "demo_pairs", "demo_languages")
-    }
+    names = ("corpus", "src", "tgt", "tsv", "data", "tfds_name", "demo_pairs", "demo_languages")
+    data_settings = {name: getattr(config, name) for name in names}
     run_config = {"tokenizer": config.tokenizer_kwargs(), "data": data_settings}
     settings = run_dir_lib.tokenizer_settings(run_config)
     if (run_dir / run_dir_lib.CONFIG_FILE).is_file():
@@ -205,7 +289,10 @@ def train(
         # whatever corpus and settings it had: learned again, not trusted.
         for filename in set(run_dir_lib.tokenizer_files(settings)):
             (run_dir / filename).unlink(missing_ok=True)
-    source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
+    if prepared_data is not None:
+        source_tokenizer, target_tokenizer = _prepared_tokenizers(prepared_data, run_dir, settings)
+    else:
+        source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
     model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
     _check_same_run(run_dir, {"model": model_kwargs})  # data and tokenizers checked above
     run_config = {"model": model_kwargs, **run_config, "training": dataclasses.asdict(config)}
@@ -218,26 +305,30 @@ def train(
         batch_tokens=config.batch_tokens,
         overlong=config.overlong,
     )
-    train_batches = data.make_batches(
-        train_pairs,
-        source_tokenizer,
-        target_tokenizer,
-        shuffle=True,
-        shuffle_buffer=config.shuffle_buffer,
-        seed=config.seed,
-        subword_alpha=config.subword_alpha,
-        **batch_args,
-    )
-    val_batches = data.make_batches(
-        val_pairs, source_tokenizer, target_tokenizer, shuffle=False, **batch_args
-    )
-    if config.steps_per_epoch:
-        train_batches = train_batches.repeat()
-    # Workers share batches (one corpus, not one file per worker); a no-op on one machine.
-    train_batches = distribute.shard_by_data(train_batches)
-    val_batches = distribute.shard_by_data(val_batches)
+    strategy = distribute.get_strategy(config.strategy)
+    if prepared_data is not None:
+        train_batches, val_batches = _prepared_batches(prepared_data, config, strategy, batch_args)
+    else:
+        train_batches = data.make_batches(
+            train_pairs,
+            source_tokenizer,
+            target_tokenizer,
+            shuffle=True,
+            shuffle_buffer=config.shuffle_buffer,
+            seed=config.seed,
+            subword_alpha=config.subword_alpha,
+            **batch_args,
+        )
+        val_batches = data.make_batches(
+            val_pairs, source_tokenizer, target_tokenizer, shuffle=False, **batch_args
+        )
+        if config.steps_per_epoch:
+            train_batches = train_batches.repeat()
+        # Workers share batches (one corpus, not one file per worker); a no-op on one machine.
+        train_batches = distribute.shard_by_data(train_batches)
+        val_batches = distribute.shard_by_data(val_batches)
 
-    with distribute.get_strategy(config.strategy).scope():
+    with strategy.scope():
         model = Transformer(
             **model_kwargs,
             **config.step_kwargs(),

@@ -1,4 +1,6 @@
-"""`keras-transformer train | demo | translate | export | evaluate | plot`: a thin command line.
+"""`keras-transformer train | prepare | demo | translate | export | evaluate | plot`.
+
+A thin command line.
 
 Each subcommand (one module per group: `train`, `translate`, `plot`) only
 parses flags, calls library functions and prints. A user error (a file that
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     # Each subcommand registers itself here: add_<name>_parser(subparsers).
     train_commands.add_train_parser(subparsers)
+    train_commands.add_prepare_parser(subparsers)
     train_commands.add_demo_parser(subparsers)
     translate.add_translate_parser(subparsers)
     translate.add_export_parser(subparsers)

@@ -51,8 +51,13 @@ def setting_help(defaults: dict | None = None) -> dict[str, str]:
     return helps
 
 
-def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
-    """--config, --fit-verbose, and one flag per TrainConfig field (--d-model, --src, ...).
+def add_config_flags(
+    parser: argparse.ArgumentParser,
+    defaults: dict | None = None,
+    names: tuple[str, ...] | None = None,
+) -> None:
+    """--config, --preset, --fit-verbose, and one flag per TrainConfig field (--d-model,
+    --src, ...), or per field of `names` (and then no --fit-verbose).
 
     Unset field flags stay None, so that only the flags given override --config.
     """
@@ -68,17 +73,18 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = No
         choices=sorted(presets.PRESETS),
         help="start from a named set of settings, which --config and the flags below "
         "override: small (a joint cased SentencePiece vocabulary, shared embeddings and a "
-        "recipe for small corpora) or tutorial (the TensorFlow tutorial's settings); unset: "
-        "the defaults",
+        "recipe for small corpora), base (the paper's base model, for corpora of millions of "
+        "pairs on a GPU) or tutorial (the TensorFlow tutorial's settings); unset: the defaults",
     )
-    parser.add_argument(
-        "--fit-verbose",
-        type=_fit_verbosity,
-        choices=("auto", 0, 1, 2),
-        default="auto",
-        help="model.fit's display: 0 silent, 1 a progress bar, 2 a line per epoch, auto "
-        "Keras' choice (a progress bar) (default: %(default)s)",
-    )
+    if names is None:
+        parser.add_argument(
+            "--fit-verbose",
+            type=_fit_verbosity,
+            choices=("auto", 0, 1, 2),
+            default="auto",
+            help="model.fit's display: 0 silent, 1 a progress bar, 2 a line per epoch, auto "
+            "Keras' choice (a progress bar) (default: %(default)s)",
+        )
     group = parser.add_argument_group(
         "settings",
         "A flag --x-y sets the setting x_y (a key of --config). Booleans take true or "
@@ -86,6 +92,8 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: dict | None = No
     )
     helps = setting_help(defaults)
     for field in dataclasses.fields(TrainConfig):
+        if names is not None and field.name not in names:
+            continue
         kind = _setting_type(field)
         choices = CHOICES.get(field.name)
         if kind is _bool:
@@ -131,8 +139,9 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None):
 
 # Each pair: the settings of one way to give data, and those of the other way.
 _DATA_FORMS = (
-    ({"src", "tgt"}, {"tsv"}),
-    ({"tsv"}, {"src", "tgt"}),
+    ({"src", "tgt"}, {"tsv", "data"}),
+    ({"tsv"}, {"src", "tgt", "data"}),
+    ({"data"}, {"src", "tgt", "tsv"}),
     ({"val_src", "val_tgt"}, {"val_tsv"}),
     ({"val_tsv"}, {"val_src", "val_tgt"}),
 )
