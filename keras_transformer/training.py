@@ -248,13 +248,17 @@ def _whole_run_history(history: keras.callbacks.History, run_dir: Path):
 
 
 def train(
-    config: dict | TrainConfig, run_dir: str | os.PathLike, verbose: str | int = "auto"
+    config: dict | TrainConfig,
+    run_dir: str | os.PathLike,
+    verbose: str | int = "auto",
+    callbacks: list[keras.callbacks.Callback] | None = None,
 ) -> keras.callbacks.History:
     """Trains a Transformer as `config` says and fills `run_dir` (see run_dir.py).
 
     Started again on the same run directory, it resumes from the last
     completed epoch (backup.py) and reuses the vocabularies. The
     returned History holds every epoch of the run, earlier processes included.
+    `callbacks` run after the run's own (checkpoints, backup, history, ...).
     """
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
@@ -369,7 +373,8 @@ def train(
             config.keep_epoch_checkpoints,
             cooldown_schedule=schedule if config.lr_cooldown else None,
             epochs=config.epochs,
-        ),
+        )
+        + list(callbacks or []),
         verbose=verbose,
         shuffle=False,  # make_batches shuffles
     )

@@ -361,3 +361,77 @@ def test_base_preset_trains_a_few_steps_from_prepared_data(tmp_path, capsys):
     model = run_dir.read_config(run)["model"]
     assert (model["num_layers"], model["d_model"], model["dff"]) == (6, 512, 2048)
     assert (run / run_dir.LAST_CHECKPOINT).is_file()
+
+
+# ----------------------------------------------------------------------------- two workers
+
+
+def _worker_main(data_dir: str, out_dir: str) -> None:
+    """One worker of the two-worker test: trains from prepared data, logs what it read."""
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    read = []
+    batch_of = prepared.PreparedBatches.batch_of
+
+    def logged_batch_of(self, epoch, position):
+        batch = batch_of(self, epoch, position)
+        if self.shuffle:  # the training batches, not validation's
+            read.extend(tuple(int(t) for t in row[row != 0]) for row in batch[1])
+        return batch
+
+    prepared.PreparedBatches.batch_of = logged_batch_of
+    config = {**TOKENIZER, **TINY_MODEL, "data": data_dir, "batch_size": 32, "epochs": 1}
+    history = train({**config, "strategy": "multi_worker"}, Path(out_dir) / f"run{index}", 0)
+    model = run_dir.load_model(Path(out_dir) / f"run{index}", run_dir.LAST_CHECKPOINT)
+    np.savez(Path(out_dir) / f"weights{index}.npz", *model.get_weights())
+    result = {"read": read, "loss": history.history["loss"]}
+    (Path(out_dir) / f"worker{index}.json").write_text(json.dumps(result))
+
+
+@pytest.mark.slow
+def test_two_workers_train_from_disjoint_shards_in_step(prepared_dir, tmp_path):
+    from tests.test_distribute import free_ports
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    processes = []
+    for index in range(2):
+        env = {
+            **os.environ,
+            "TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            ),
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": str(REPO),
+        }
+        command = [sys.executable, __file__, "worker", str(prepared_dir), str(tmp_path)]
+        processes.append(
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            pytest.fail("a worker did not finish in 300 s")
+        assert process.returncode == 0, output[-3000:]
+    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+    # Each read its own shards: no pair twice, and the steps were equal in number
+    # (the worker with fewer batches sets them: 250 pairs in batches of 16).
+    reads = [collections.Counter(map(tuple, result["read"])) for result in results]
+    assert not reads[0].keys() & reads[1].keys()
+    data_ = prepared.PreparedData(prepared_dir)
+    own = [prepared.PreparedBatches(data_.split("train", i, 2), batch_size=16) for i in range(2)]
+    steps = min(len(batches) for batches in own)
+    for read, batches in zip(reads, own):
+        assert sum(read.values()) == sum(len(batches.batch_of(0, p)[1]) for p in range(steps))
+    # ... and trained one model: the same weights on both.
+    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+    for name in weights[0].files:
+        np.testing.assert_array_equal(weights[0][name], weights[1][name])
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    _worker_main(sys.argv[2], sys.argv[3])
