@@ -7,9 +7,13 @@ peak resident memory is its own):
   first training step, and peak RSS while training `--steps` steps;
 - the same for training from the text files (the way before prepared data),
   side by side, at the sizes in `--text-sizes`;
+- the loader alone: what its resident memory grows by while it opens the
+  prepared data, plans an epoch and makes 10x `--steps` batches (the part of a
+  run's memory that depends on the corpus);
 - a baseline: the same training from a prepared corpus of 2,000 pairs, whose
-  peak RSS is the model's and the framework's own footprint; each run's RSS
-  over it is what the corpus costs.
+  peak RSS is the model's and the framework's own footprint. A run's RSS over
+  it also depends on which bucket shapes its steps meet (each new shape is a
+  new trace of the step, and longer ones hold larger activations).
 
 The corpora are Multi30k en->de training pairs repeated with serial numbers
 ("17. A man in an orange hat ...") so that every sentence is new, validated on
@@ -100,6 +104,30 @@ def child_train(args) -> dict:
     }
 
 
+def child_loader(args) -> dict:
+    """The loader alone: what its memory grows by while it opens the data, plans an
+    epoch and makes `--steps` * 10 batches (peak RSS over the process before it)."""
+    from keras_transformer import prepared, presets
+
+    recipe = presets.settings(PRESET)
+    before = current_rss_mb()
+    start = time.perf_counter()
+    batches = prepared.PreparedBatches(
+        prepared.PreparedData(args.data).split("train"),
+        batch_size=recipe["batch_size"],
+        max_tokens=recipe["max_tokens"],
+    )
+    opened = time.perf_counter() - start
+    for position in range(min(args.steps * 10, len(batches))):
+        batches[position]
+    return {"open_seconds": opened, "loader_rss_mb": peak_rss_mb() - before}
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
 def run_child(*argv: str) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", *argv]
     result = subprocess.run(command, capture_output=True, text=True)
@@ -145,6 +173,7 @@ def main() -> None:
             sys.exit(f"{prepared_dir} exists: remove it (or give another --work-dir).")
         row = {"pairs": size}
         row["prepare"] = run_child("prepare", *files, "--out", str(prepared_dir))
+        row["loader"] = run_child("loader", "--data", str(prepared_dir), "--steps", str(args.steps))
         row["from_prepared"] = run_child(
             "train", "--data", str(prepared_dir), "--out", str(work / f"run_p{size}"),
             "--steps", str(args.steps),
@@ -161,7 +190,7 @@ def main() -> None:
     baseline = rows.pop(0)["from_prepared"]["peak_rss_mb"]
     print(f"\nbaseline (2,000 prepared pairs, {args.steps} steps): peak RSS {baseline:.0f} MB")
     header = (
-        "pairs | prepare s | prepare RSS MB | first step s (prepared / text) | "
+        "pairs | prepare s | prepare RSS MB | loader RSS MB | first step s (prepared / text) | "
         "train RSS MB (prepared / text) | prepared RSS over baseline MB"
     )
     print(header)
@@ -170,7 +199,8 @@ def main() -> None:
         p = row["from_prepared"]
         print(
             f"{row['pairs']:,} | {row['prepare']['seconds']:.0f} | "
-            f"{row['prepare']['peak_rss_mb']:.0f} | {p['first_step_seconds']:.1f} / "
+            f"{row['prepare']['peak_rss_mb']:.0f} | {row['loader']['loader_rss_mb']:.0f} | "
+            f"{p['first_step_seconds']:.1f} / "
             f"{text.get('first_step_seconds', float('nan')):.1f} | {p['peak_rss_mb']:.0f} / "
             f"{text.get('peak_rss_mb', float('nan')):.0f} | {p['peak_rss_mb'] - baseline:.0f}"
         )
@@ -188,12 +218,14 @@ def main() -> None:
 
 def _child(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("prepare", "train"))
+    parser.add_argument("mode", choices=("prepare", "train", "loader"))
     for flag in ("--src", "--tgt", "--val-src", "--val-tgt", "--data", "--out"):
         parser.add_argument(flag)
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args(argv)
-    result = child_prepare(args) if args.mode == "prepare" else child_train(args)
+    result = {"prepare": child_prepare, "train": child_train, "loader": child_loader}[args.mode](
+        args
+    )
     print(json.dumps(result))
 
 

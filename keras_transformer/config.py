@@ -12,12 +12,13 @@ import dataclasses
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
 
 from keras_transformer import distribute
 from keras_transformer.constants import RESERVED_TOKENS
-from keras_transformer.layers.options import BLOCK_OPTIONS
-from keras_transformer.model import MODEL_OPTIONS, STEP_OPTIONS, Transformer
+from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
+from keras_transformer.model import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS, Transformer
 from keras_transformer.tokenizers.normalization import check_normalization_form
 from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
 
@@ -394,6 +395,22 @@ dff 512, 8 heads, dropout 0.1, 128 tokens, ~8k vocabularies). The model's
 fields are its sizes (`MODEL_SIZES`) and every option of `Transformer`
 (`BLOCK_OPTIONS` and `MODEL_OPTIONS`), with the model's defaults.
 """
+
+
+def _args_section() -> str:
+    """TrainConfig's Args, from its fields and their help (`SETTING_HELP` and the
+    model's option helps): what `help(TrainConfig)` and the API reference show."""
+    helps = {**SETTING_HELP, **BLOCK_OPTION_HELP, **MODEL_OPTION_HELP}
+    lines = ["Args:"]
+    for field in dataclasses.fields(TrainConfig):
+        text = f"{field.name}: {helps[field.name]}. Defaults to {field.default!r}."
+        lines += textwrap.wrap(
+            text, 79, initial_indent="    ", subsequent_indent="        ", break_on_hyphens=False
+        )
+    return "\n".join(lines) + "\n"
+
+
+TrainConfig.__doc__ += "\n" + _args_section()
 
 
 def read_config_file(path: str | os.PathLike) -> dict:

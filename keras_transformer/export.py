@@ -121,6 +121,10 @@ def export_translator(
         name: the model name TF Serving serves it under.
         version: integer version; defaults to the next free one. An existing
             version is never overwritten.
+        source_tokenizer: the source tokenizer of the run, when a model is
+            given; saved inside the SavedModel. Defaults to None.
+        target_tokenizer: the target tokenizer of the run, when a model is
+            given. Defaults to None.
         **translator_kwargs: `Translator` arguments (max_length,
             max_source_length, sub_batch_size, beam_width, ...) when a model
             is given.
@@ -174,6 +178,21 @@ def export_run(
 
     Sources are cut where the run's training cut them (`source_limit_of_run`)
     unless `max_source_length` is given.
+
+    Args:
+        run_dir: the training run directory.
+        export_root: directory of TF Serving models. Defaults to "saved_models".
+        name: the model name TF Serving serves it under. Defaults to the run
+            directory's name.
+        version: integer version; defaults to the next free one.
+        average_last: export the average of the run's last N epoch
+            checkpoints (kept with `keep_epoch_checkpoints`) instead of its
+            best checkpoint. Defaults to None (the best).
+        **translator_kwargs: `Translator` arguments (max_source_length,
+            sub_batch_size, beam_width, ...).
+
+    Returns:
+        the version directory written.
     """
     model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
     if translator_kwargs.get("max_source_length") is None:

@@ -42,7 +42,17 @@ def masked_loss(label, pred, label_smoothing=0.0):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLoss(keras.losses.Loss):
-    """`masked_loss` as a configurable Keras loss (serializable with the model)."""
+    """`masked_loss` as a configurable Keras loss (serializable with the model).
+
+    Args:
+        label_smoothing: float. Mass spread uniformly over the vocabulary
+            (the paper uses 0.1). Defaults to 0.
+        name: str. The loss' name. Defaults to "masked_loss".
+        **kwargs: other `keras.losses.Loss` arguments (`dtype`, ...).
+
+    Example:
+    >>> model.compile(optimizer="adam", loss=MaskedLoss(label_smoothing=0.1))
+    """
 
     def __init__(self, label_smoothing=0.0, name="masked_loss", **kwargs):
         super().__init__(name=name, **kwargs)

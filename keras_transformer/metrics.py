@@ -16,7 +16,16 @@ def _real_and_correct(label, pred):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 def masked_accuracy(label, pred):
-    """Fraction of real (non-padding) target tokens predicted exactly."""
+    """Fraction of real (non-padding) target tokens predicted exactly.
+
+    Args:
+        label: int `(batch, length)`, 0 at padding.
+        pred: logits or probabilities `(batch, length, vocab)`; the
+            prediction is their argmax.
+
+    Returns:
+        float32 scalar: correct real tokens over real tokens (0 if none).
+    """
     real, correct = _real_and_correct(label, pred)
     return tf.math.divide_no_nan(tf.reduce_sum(correct), tf.reduce_sum(real))
 
@@ -28,6 +37,10 @@ class MaskedAccuracy(keras.metrics.Metric):
     Wrapping the function averages per-batch values: short batches weigh as
     much as full ones, and the empty batches tf.distribute may feed at the end
     of an unknown-length dataset count as zero accuracy. This counts tokens.
+
+    Args:
+        name: str. The metric's name. Defaults to "masked_accuracy".
+        **kwargs: other `keras.metrics.Metric` arguments (`dtype`).
     """
 
     def __init__(self, name="masked_accuracy", **kwargs):

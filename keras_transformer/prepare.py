@@ -36,12 +36,16 @@ import tensorflow as tf
 from keras_transformer import atomic, corpora, prepared, training
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.config import TrainConfig
-from keras_transformer.tokenizers.sentencepiece import MAX_TRAINING_SENTENCES
 
 logger = logging.getLogger(__name__)
 
 # Pairs a shard holds (about: a shard ends at the first chunk past this many).
 DEFAULT_SHARD_PAIRS = 100_000
+# Sentences the tokenizer learns from, at most: a random sample of the training text.
+# SentencePiece's training holds about 1.8 KB a sentence of Multi30k (a process peak of
+# 1.6 GB for 400k sentences, 4.6 GB for 2M), so this bound keeps a prepare of any corpus
+# under 2 GB; SentencePiece's own examples learn from 1M sentences.
+DEFAULT_TOKENIZER_SENTENCES = 500_000
 # Pairs tokenized in one call of the graph tokenizers.
 CHUNK_PAIRS = 4096
 TRAIN, VALIDATION = prepared.SPLITS
@@ -54,7 +58,7 @@ def prepare(
     output_dir: str | os.PathLike,
     tokenizer_from: str | os.PathLike | None = None,
     shard_pairs: int = DEFAULT_SHARD_PAIRS,
-    tokenizer_sentences: int = MAX_TRAINING_SENTENCES,
+    tokenizer_sentences: int = DEFAULT_TOKENIZER_SENTENCES,
 ) -> Path:
     """Tokenizes the corpus `config` names into the prepared directory `output_dir`.
 

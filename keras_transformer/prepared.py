@@ -15,16 +15,18 @@ all) holds:
 
 Everything here is numpy and the standard library (and Keras' `PyDataset`): a
 machine with JAX or PyTorch and no TensorFlow trains from prepared data. The
-shards are memory-mapped, so a run holds only the per-pair lengths and offsets
-in memory (about 30 bytes a pair), whatever the corpus' size, and knows the
+ids are read from the shards as batches need them, so a run holds only the
+per-pair lengths and offsets in memory (about 26 bytes a pair), and knows the
 batches of an epoch from the lengths alone, without a pass over the ids.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
+import weakref
 from pathlib import Path
 
 import keras
@@ -182,37 +184,106 @@ class PreparedData:
                 "(--shard-pairs)."
             )
         names = [shard["name"] for shard in shards[worker::workers]]
+        files = _OpenFiles()
         return PreparedSplit(
-            [self._load(name, SOURCE_IDS) for name in names],
-            [self._load(name, TARGET_IDS) for name in names],
+            [_IdFile(shard_path(self.directory, name, SOURCE_IDS), files) for name in names],
+            [_IdFile(shard_path(self.directory, name, TARGET_IDS), files) for name in names],
             [np.asarray(self._load(name, LENGTHS)) for name in names],
         )
+
+
+class _OpenFiles:
+    """File descriptors kept open for reading, at most `limit` at a time (the least
+    recently used one is closed first), so that a corpus of many shards stays within the
+    process' limit of open files."""
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+        self.open: collections.OrderedDict[Path, int] = collections.OrderedDict()
+        # Closed when this object goes, or when the interpreter exits.
+        weakref.finalize(self, _close_all, self.open)
+
+    def descriptor(self, path: Path) -> int:
+        if path in self.open:
+            self.open.move_to_end(path)
+            return self.open[path]
+        if len(self.open) >= self.limit:
+            os.close(self.open.popitem(last=False)[1])
+        self.open[path] = os.open(path, os.O_RDONLY)
+        return self.open[path]
+
+
+def _close_all(descriptors: dict) -> None:
+    for descriptor in descriptors.values():
+        os.close(descriptor)
+    descriptors.clear()
+
+
+class _IdFile:
+    """A shard's flat ids, read a slice at a time with `os.pread`.
+
+    Not memory-mapped: the pages a mapping touches stay in the process' resident memory,
+    which would grow toward the corpus' size over an epoch of random reads; read this way,
+    they stay in the system's file cache alone.
+    """
+
+    def __init__(self, path: Path, files: _OpenFiles):
+        header = np.load(path, mmap_mode="r")  # the .npy header: dtype and where data starts
+        self.path, self.files = path, files
+        self.dtype, self.offset, self.size = header.dtype, header.offset, header.size
+        del header
+
+    def read(self, start: int, length: int) -> np.ndarray:
+        itemsize = self.dtype.itemsize
+        data = os.pread(
+            self.files.descriptor(self.path),
+            int(length) * itemsize,
+            self.offset + int(start) * itemsize,
+        )
+        return np.frombuffer(data, self.dtype)
+
+
+def _index_dtype(largest: int):
+    """The smallest of uint16, int32 and int64 that holds 0..largest."""
+    if largest <= np.iinfo(np.uint16).max:
+        return np.uint16
+    return np.int32 if largest <= np.iinfo(np.int32).max else np.int64
+
+
+def _concatenate(arrays: list, dtype) -> np.ndarray:
+    """One array of `dtype` from `arrays`, converted one by one (no wider copy of the whole)."""
+    out = np.empty(sum(len(a) for a in arrays), dtype)
+    offset = 0
+    for a in arrays:
+        out[offset : offset + len(a)] = a
+        offset += len(a)
+    return out
 
 
 class PreparedSplit:
     """The pairs of some shards: their ids, memory-mapped, and where each pair's are.
 
     Args:
-        sources, targets: each shard's flat id arrays.
+        sources, targets: each shard's flat ids (`_IdFile`).
         lengths: each shard's (pairs, 2) source and target lengths.
     """
 
     def __init__(self, sources: list, targets: list, lengths: list):
         self.sources, self.targets = sources, targets
-        all_lengths = (np.concatenate(lengths) if lengths else np.zeros((0, 2), np.int32)).astype(
-            np.int32
-        )
-        self.source_lengths, self.target_lengths = all_lengths[:, 0], all_lengths[:, 1]
-        self.shard_of = np.repeat(
-            np.arange(len(lengths), dtype=np.int32), [len(x) for x in lengths]
+        # Per pair, in memory: its lengths, shard and starts there (18 bytes a pair).
+        self.source_lengths = _concatenate([x[:, 0] for x in lengths], np.int32)
+        self.target_lengths = _concatenate([x[:, 1] for x in lengths], np.int32)
+        self.shard_of = _concatenate(
+            [np.full(len(x), shard) for shard, x in enumerate(lengths)], _index_dtype(len(lengths))
         )
         # Where a pair's ids start in its shard: the lengths before it there.
-        self.source_starts = np.concatenate(
-            [np.cumsum(x[:, 0], dtype=np.int64) - x[:, 0] for x in lengths] or [[]]
-        ).astype(np.int64)
-        self.target_starts = np.concatenate(
-            [np.cumsum(x[:, 1], dtype=np.int64) - x[:, 1] for x in lengths] or [[]]
-        ).astype(np.int64)
+        self.source_starts, self.target_starts = (
+            _concatenate(
+                [np.cumsum(x[:, side], dtype=np.int64) - x[:, side] for x in lengths],
+                _index_dtype(max((int(x[:, side].sum()) for x in lengths), default=0)),
+            )
+            for side in (0, 1)
+        )
 
     def __len__(self) -> int:
         return len(self.source_lengths)
@@ -222,8 +293,8 @@ class PreparedSplit:
         shard = self.shard_of[i]
         s, t = self.source_starts[i], self.target_starts[i]
         return (
-            self.sources[shard][s : s + self.source_lengths[i]],
-            self.targets[shard][t : t + self.target_lengths[i]],
+            self.sources[shard].read(s, self.source_lengths[i]),
+            self.targets[shard].read(t, self.target_lengths[i]),
         )
 
 
@@ -271,17 +342,20 @@ class PreparedBatches(keras.utils.PyDataset):
         self.padded_lengths = buckets.bucket_boundaries(max_tokens)
         sizes = buckets.bucket_batch_sizes(max_tokens, batch_size, batch_tokens)
         self.batch_sizes = np.array(sizes)
-        kept = np.arange(len(pairs))
-        if overlong == "drop":
-            kept = kept[buckets.fits(pairs.source_lengths, pairs.target_lengths, max_tokens)]
-        if not len(kept):
+        lengths = buckets.pair_lengths(pairs.source_lengths, pairs.target_lengths, max_tokens)
+        bucket = buckets.bucket_of(lengths, max_tokens).astype(np.uint8)
+        del lengths
+        if overlong == "drop":  # a bucket past the last holds no pair
+            fits = buckets.fits(pairs.source_lengths, pairs.target_lengths, max_tokens)
+            bucket[~fits] = len(self.batch_sizes)
+        # Each bucket's pairs (32 bits an index where they fit): an epoch shuffles each.
+        order = np.argsort(bucket, kind="stable").astype(_index_dtype(len(pairs) - 1))
+        counts = np.bincount(bucket, minlength=len(self.batch_sizes) + 1)[: len(self.batch_sizes)]
+        del bucket
+        ends = np.cumsum(counts)
+        self.groups = [order[end - count : end] for count, end in zip(counts, ends, strict=True)]
+        if not counts.sum():
             raise ValueError("No sentence pairs to batch (none fits max_tokens, or none given).")
-        self.kept = kept
-        lengths = buckets.pair_lengths(
-            pairs.source_lengths[kept], pairs.target_lengths[kept], max_tokens
-        )
-        self.bucket = buckets.bucket_of(lengths, max_tokens)
-        counts = np.bincount(self.bucket, minlength=len(self.batch_sizes))
         self.epoch_batches = int(np.sum(-(-counts // self.batch_sizes)))
         if num_batches is not None:
             self.epoch_batches = min(self.epoch_batches, num_batches)
@@ -300,23 +374,28 @@ class PreparedBatches(keras.utils.PyDataset):
             self.epoch += 1
 
     def _plan(self, epoch: int):
-        """(pair order grouped by bucket, batch starts, stops and buckets) of `epoch`."""
+        """(each bucket's pairs in the epoch's order, the epoch's batches as (bucket,
+        start, stop) rows into them)."""
         if self._planned[0] != epoch:
             rng = np.random.default_rng([self.seed, epoch])
-            order = rng.permutation(len(self.kept)) if self.shuffle else np.arange(len(self.kept))
-            order = order[np.argsort(self.bucket[order], kind="stable")]
-            counts = np.bincount(self.bucket, minlength=len(self.batch_sizes))
-            ends = np.cumsum(counts)
-            starts, stops, bucket_ids = [], [], []
-            for b, (end, size) in enumerate(zip(ends, self.batch_sizes, strict=True)):
-                first = np.arange(end - counts[b], end, size)
-                starts.append(first)
-                stops.append(np.minimum(first + size, end))
-                bucket_ids.append(np.full(len(first), b))
-            batches = np.stack([np.concatenate(x) for x in (starts, stops, bucket_ids)], axis=1)
+            groups = [rng.permutation(g) if self.shuffle else g for g in self.groups]
+            batches = np.concatenate(
+                [
+                    np.stack(
+                        [
+                            np.full(len(starts), b),
+                            starts,
+                            np.minimum(starts + size, len(group)),
+                        ],
+                        axis=1,
+                    )
+                    for b, (group, size) in enumerate(zip(groups, self.batch_sizes, strict=True))
+                    for starts in [np.arange(0, len(group), size)]
+                ]
+            )
             if self.shuffle:
                 batches = batches[rng.permutation(len(batches))]
-            self._planned = (epoch, (self.kept[order], batches[: self.epoch_batches]))
+            self._planned = (epoch, (groups, batches[: self.epoch_batches]))
         return self._planned[1]
 
     def __getitem__(self, index: int):
@@ -328,9 +407,9 @@ class PreparedBatches(keras.utils.PyDataset):
 
     def batch_of(self, epoch: int, position: int):
         """Batch `position` of epoch `epoch` (counted from 0)."""
-        order, batches = self._plan(epoch)
-        start, stop, bucket = batches[position]
-        return self.batch(order[start:stop], self.padded_lengths[bucket])
+        groups, batches = self._plan(epoch)
+        bucket, start, stop = batches[position]
+        return self.batch(groups[bucket][start:stop], self.padded_lengths[bucket])
 
     def batch(self, rows: np.ndarray, length: int):
         """Pairs `rows` as one batch padded to `length`."""

@@ -258,7 +258,20 @@ def train(
     Started again on the same run directory, it resumes from the last
     completed epoch (backup.py) and reuses the vocabularies. The
     returned History holds every epoch of the run, earlier processes included.
-    `callbacks` run after the run's own (checkpoints, backup, history, ...).
+
+    Args:
+        config: a `TrainConfig`, or a dict of its settings
+            (`TrainConfig.from_dict`: without a `corpus`, the data paths given
+            choose it). Checked whole (`TrainConfig.validate`) before anything
+            is read or written.
+        run_dir: the run directory, created if missing; a run directory
+            holding a run resumes it, with the same data and tokenizers.
+        verbose: `model.fit`'s display: "auto", 0, 1 or 2. Defaults to "auto".
+        callbacks: more Keras callbacks, which run after the run's own
+            (checkpoints, backup, history, ...). Defaults to None.
+
+    Returns:
+        the run's `keras.callbacks.History`, every epoch of the run included.
     """
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)

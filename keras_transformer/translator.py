@@ -128,6 +128,7 @@ class Translator(tf.Module):
             model's weights (it would decode with old fused weights and new
             other ones). Leave it False (the default) for a translator used
             while its model trains. Without `use_cache` it has no effect.
+        name: str. The module's name. Defaults to "translator".
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)

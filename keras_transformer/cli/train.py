@@ -99,7 +99,7 @@ def add_prepare_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--tokenizer-sentences",
         type=int,
-        default=prepare_lib.MAX_TRAINING_SENTENCES,
+        default=prepare_lib.DEFAULT_TOKENIZER_SENTENCES,
         help="learn the tokenizer from a random sample of this many training sentences "
         "(default: %(default)s)",
     )

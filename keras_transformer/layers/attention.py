@@ -166,6 +166,26 @@ class BaseAttention(keras.layers.Layer):
 class GlobalSelfAttention(BaseAttention):
     """Self-attention where every position sees every real position (encoder).
 
+    Args:
+        d_model: int. Size of the input and output features (the paper's
+            sizing: heads of `d_model // num_heads`). Defaults to None (then
+            `key_dim` is required).
+        num_heads: int. Number of attention heads; must divide `d_model`.
+        dropout_rate: float. Dropout on the sublayer output before the
+            residual sum. Defaults to 0.1 with `d_model`, 0.0 with only `key_dim`.
+        attention_dropout: float. Dropout on the attention weights. Defaults to 0.0.
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Dropout masks from `HashedDropout`. Defaults to False.
+        chunk_queries: bool. Long queries attend in chunks on TensorFlow's CPU
+            kernels (same results). Defaults to False.
+        key_dim: int. The head size, as in `keras.layers.MultiHeadAttention`
+            (the tutorial's sizing); the width then follows the input.
+            Defaults to None.
+        dropout: float. `keras.layers.MultiHeadAttention`'s name for
+            `attention_dropout`; give one of the two. Defaults to None.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
     Call arguments:
         x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`:
             the real tokens only (see `packing.py`); the output has the
@@ -206,6 +226,26 @@ class CausalSelfAttention(BaseAttention):
     and values are appended to the cache (at `cache_index`), and the queries
     attend over the cache, so each decoding step costs one position instead of
     a re-run of the whole prefix.
+
+    Args:
+        d_model: int. Size of the input and output features (the paper's
+            sizing: heads of `d_model // num_heads`). Defaults to None (then
+            `key_dim` is required).
+        num_heads: int. Number of attention heads; must divide `d_model`.
+        dropout_rate: float. Dropout on the sublayer output before the
+            residual sum. Defaults to 0.1 with `d_model`, 0.0 with only `key_dim`.
+        attention_dropout: float. Dropout on the attention weights. Defaults to 0.0.
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Dropout masks from `HashedDropout`. Defaults to False.
+        chunk_queries: bool. Long queries attend in chunks on TensorFlow's CPU
+            kernels (same results). Defaults to False.
+        key_dim: int. The head size, as in `keras.layers.MultiHeadAttention`
+            (the tutorial's sizing); the width then follows the input.
+            Defaults to None.
+        dropout: float. `keras.layers.MultiHeadAttention`'s name for
+            `attention_dropout`; give one of the two. Defaults to None.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
         x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
@@ -282,6 +322,26 @@ class CrossAttention(BaseAttention):
     `(batch, heads, target_length, source_length)`, where the tutorial reads
     them for its plots (traced calls leave it alone: their tensors are
     symbolic).
+
+    Args:
+        d_model: int. Size of the input and output features (the paper's
+            sizing: heads of `d_model // num_heads`). Defaults to None (then
+            `key_dim` is required).
+        num_heads: int. Number of attention heads; must divide `d_model`.
+        dropout_rate: float. Dropout on the sublayer output before the
+            residual sum. Defaults to 0.1 with `d_model`, 0.0 with only `key_dim`.
+        attention_dropout: float. Dropout on the attention weights. Defaults to 0.0.
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        normalize_first: bool. Pre-LN instead of post-LN. Defaults to False.
+        hashed_dropout: bool. Dropout masks from `HashedDropout`. Defaults to False.
+        chunk_queries: bool. Long queries attend in chunks on TensorFlow's CPU
+            kernels (same results). Defaults to False.
+        key_dim: int. The head size, as in `keras.layers.MultiHeadAttention`
+            (the tutorial's sizing); the width then follows the input.
+            Defaults to None.
+        dropout: float. `keras.layers.MultiHeadAttention`'s name for
+            `attention_dropout`; give one of the two. Defaults to None.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
         x: tensor `(batch, target_length, d_model)`, the queries, or packed

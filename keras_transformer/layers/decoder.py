@@ -22,10 +22,10 @@ class DecoderLayer(Block):
         num_heads: int. Attention heads; must divide `d_model`.
         dff: int. Feed-forward inner size.
         dropout_rate: float. Defaults to 0.1.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries: the block options, with the defaults of
-            `layers.options.BLOCK_OPTIONS` (see EncoderLayer).
-        **kwargs: base layer arguments.
+        **kwargs: the other block options (`attention_dropout`, `activation`,
+            `layer_norm_epsilon`, `normalize_first`, `hashed_dropout`,
+            `chunk_queries`), with the defaults of `layers.options.BLOCK_OPTIONS`
+            (see EncoderLayer); and base layer arguments.
 
     Call arguments:
         x: tensor `(batch, target_length, d_model)`, or packed
@@ -136,9 +136,9 @@ class Decoder(BlockStack):
         vocab_size: int. Target vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest target sequence. Defaults to 2048.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries: the block options, as for DecoderLayer.
-        **kwargs: base layer arguments.
+        **kwargs: the other block options (`attention_dropout`, `activation`,
+            `layer_norm_epsilon`, `normalize_first`, `hashed_dropout`,
+            `chunk_queries`), as for DecoderLayer; and base layer arguments.
 
     Call arguments:
         token_ids: int tensor `(batch, target_length)`, 0 for padding.

@@ -17,11 +17,12 @@ class EncoderLayer(Block):
         num_heads: int. Attention heads; must divide `d_model`.
         dff: int. Feed-forward inner size.
         dropout_rate: float. Defaults to 0.1.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries: the block options, with the defaults of
-            `layers.options.BLOCK_OPTIONS` (dropout on attention weights 0.0,
-            "relu", 1e-5, post-LN, `keras.layers.Dropout`, whole queries).
-        **kwargs: base layer arguments.
+        **kwargs: the other block options, with the defaults of
+            `layers.options.BLOCK_OPTIONS`: `attention_dropout` (dropout on
+            the attention weights, 0.0), `activation` ("relu"),
+            `layer_norm_epsilon` (1e-5), `normalize_first` (pre-LN, False:
+            post-LN), `hashed_dropout` (False: `keras.layers.Dropout`),
+            `chunk_queries` (False: whole queries); and base layer arguments.
 
     Call arguments:
         x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
@@ -66,9 +67,9 @@ class Encoder(BlockStack):
         vocab_size: int. Source vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest source sequence. Defaults to 2048.
-        attention_dropout, activation, layer_norm_epsilon, normalize_first,
-        hashed_dropout, chunk_queries: the block options, as for EncoderLayer.
-        **kwargs: base layer arguments.
+        **kwargs: the other block options (`attention_dropout`, `activation`,
+            `layer_norm_epsilon`, `normalize_first`, `hashed_dropout`,
+            `chunk_queries`), as for EncoderLayer; and base layer arguments.
 
     Call arguments:
         token_ids: int tensor `(batch, source_length)`, 0 for padding.

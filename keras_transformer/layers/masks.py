@@ -41,6 +41,12 @@ def causal_mask(query_length, key_length, query_offset=0):
     `query_offset` is the absolute position of the first query, used when the
     queries are the newest positions of a longer (cached) sequence.
 
+    Args:
+        query_length: int or int scalar tensor. Number of query positions.
+        key_length: int or int scalar tensor. Number of key positions.
+        query_offset: int or int scalar tensor. Absolute position of the
+            first query. Defaults to 0.
+
     Returns:
         bool tensor of shape `(query_length, key_length)`.
     """
