@@ -6,12 +6,18 @@
 - `assert_same_in_mode(...)`: a layer or model gives the values (and, where
   the mode claims them, the gradients) of its plain path in another execution
   mode: packed tokens, query chunks, hashed dropout, a key/value cache.
+- `start_workers(...)` / `wait_for_workers(...)`: worker processes of a
+  multi-worker run on this machine (TF_CONFIG over localhost ports, CPU).
 
 tests/README.md shows how a new layer uses them.
 """
 
 import inspect
 import json
+import os
+import socket
+import subprocess
+import sys
 import types
 
 import keras
@@ -444,3 +450,57 @@ def _twin_runs(layer, option, inputs, plain_kwargs, other_kwargs):
         return twin(*args, **other_kwargs)
 
     return plain, other
+
+
+# -- worker processes of a multi-worker run ------------------------------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def start_workers(count, argv):
+    """`count` processes running `python *argv`, each a worker of one cluster (TF_CONFIG)
+    on localhost, on the CPU, with the repository importable."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
+    processes = []
+    for index in range(count):
+        env = dict(os.environ)
+        env.update(
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            CUDA_VISIBLE_DEVICES="",
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""),
+        )
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, *argv],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return processes
+
+
+def wait_for_workers(processes, timeout):
+    """Waits for every worker; fails the test (killing them all) on a timeout or an error."""
+    import pytest
+
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            pytest.fail(f"a worker did not finish in {timeout} s")
+        assert process.returncode == 0, output[-3000:]

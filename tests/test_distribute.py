@@ -13,13 +13,13 @@ This file is also the worker program: `python test_distribute.py worker ...`.
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import pytest
+
+from tests.helpers import start_workers, wait_for_workers
 
 GLOBAL_BATCH = 8
 STEPS = 3
@@ -95,16 +95,6 @@ def worker_main(out_dir):
         json.dump(results, f)
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def load_weights(path):
     with np.load(path) as data:
         return [data[f"arr_{i}"] for i in range(len(data.files))]
@@ -116,41 +106,12 @@ def test_two_workers_match_single_process_global_batch():
 
     from keras_transformer.losses import MaskedLoss
 
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as out_dir:
-        procs = []
-        for index in range(2):
-            env = dict(os.environ)
-            env.update(
-                TF_CONFIG=json.dumps(
-                    {"cluster": cluster, "task": {"type": "worker", "index": index}}
-                ),
-                CUDA_VISIBLE_DEVICES="",
-                TF_CPP_MIN_LOG_LEVEL="2",
-                PYTHONPATH=repo + os.pathsep + env.get("PYTHONPATH", ""),
-            )
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, os.path.abspath(__file__), "worker", out_dir],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                )
-            )
+        procs = start_workers(2, [os.path.abspath(__file__), "worker", out_dir])
         # The one-process reference runs while the workers start.
         expected_weights, expected_losses = train(tf.distribute.get_strategy(), MaskedLoss())
         naive_single_weights, _ = train(tf.distribute.get_strategy(), naive_loss)
-        for proc in procs:
-            try:
-                output, _ = proc.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                pytest.fail("a worker did not finish in 180 s")
-            assert proc.returncode == 0, output[-3000:]
+        wait_for_workers(procs, timeout=180)
 
         worker_weights = [load_weights(os.path.join(out_dir, f"global_{i}.npz")) for i in range(2)]
         for a, b in zip(*worker_weights):

@@ -19,6 +19,7 @@ import pytest
 from keras_transformer import corpora, data, prepare, prepared, run_dir
 from keras_transformer.cli import main as cli_main
 from keras_transformer.training import train
+from tests.helpers import start_workers, wait_for_workers
 
 REPO = Path(__file__).resolve().parents[1]
 # A joint SentencePiece vocabulary small enough for a few hundred pairs.
@@ -389,34 +390,8 @@ def _worker_main(data_dir: str, out_dir: str) -> None:
 
 @pytest.mark.slow
 def test_two_workers_train_from_disjoint_shards_in_step(prepared_dir, tmp_path):
-    from tests.test_distribute import free_ports
-
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    processes = []
-    for index in range(2):
-        env = {
-            **os.environ,
-            "TF_CONFIG": json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": index}}
-            ),
-            "CUDA_VISIBLE_DEVICES": "",
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "PYTHONPATH": str(REPO),
-        }
-        command = [sys.executable, __file__, "worker", str(prepared_dir), str(tmp_path)]
-        processes.append(
-            subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    for process in processes:
-        try:
-            output, _ = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            pytest.fail("a worker did not finish in 300 s")
-        assert process.returncode == 0, output[-3000:]
+    workers = start_workers(2, [__file__, "worker", str(prepared_dir), str(tmp_path)])
+    wait_for_workers(workers, timeout=300)
     results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
     # Each read its own shards: no pair twice, and the steps were equal in number
     # (the worker with fewer batches sets them: 250 pairs in batches of 16).
