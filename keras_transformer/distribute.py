@@ -70,11 +70,16 @@ class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     rejects (and MEAN turns the integer ids into floats), and (2) reduces each
     scalar metric with `axis=0`, which fails on a scalar. Reducing leaf by
     leaf, with no axis for scalars, in the leaf's own dtype, makes `fit` run.
+    A batch of ids is not reduced at all: the build needs only its shape and
+    dtype, and workers reading their own shards hold batches of other shapes,
+    which a collective refuses.
     """
 
     def reduce(self, reduce_op, value, axis):
         def reduce_leaf(leaf):
             local = self.experimental_local_results(leaf)[0]
+            if local.dtype.is_integer and local.shape.rank:  # ids: this worker's own
+                return local
             leaf_axis = None if local.shape.rank == 0 else axis
             parent = super(_MultiWorkerMirroredStrategy, self)
             return tf.cast(parent.reduce(reduce_op, leaf, leaf_axis), local.dtype)

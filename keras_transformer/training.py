@@ -275,6 +275,9 @@ def train(
     """
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
+    # First: a multi-worker strategy configures TensorFlow's collective ops, which must
+    # happen before any tensor is made (the settings check builds a model).
+    strategy = distribute.get_strategy(config.strategy)
     config.validate()
     run_dir = Path(run_dir)
     keras.utils.set_random_seed(config.seed)
@@ -322,7 +325,6 @@ def train(
         batch_tokens=config.batch_tokens,
         overlong=config.overlong,
     )
-    strategy = distribute.get_strategy(config.strategy)
     if prepared_data is not None:
         train_batches, val_batches = _prepared_batches(prepared_data, config, strategy, batch_args)
     else:
