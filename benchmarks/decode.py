@@ -361,7 +361,7 @@ def _tensorflow_settings() -> str:
     """TensorFlow's CPU kernels and intra-op thread setting, for the table's header: on
     CPUs with AVX512-VNNI, AVX512-BF16 or AMX its oneDNN kernels are on unless
     `TF_ENABLE_ONEDNN_OPTS=0`, and they decoded slower than its Eigen kernels
-    (benchmarks/README.md)."""
+    (benchmarks/RESULTS.md)."""
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     return f"TensorFlow {cpu_kernels()} kernels, intra-op threads {threads or 'default'}"
 

@@ -204,7 +204,7 @@ def _attend(query, key, value, width: int, bias=None, matmul: bool = False):
     Batched matmuls (`matmul=True`) suit many rows: on Eigen's kernels (the default
     on AVX2) they were 10-20% faster at 64 rows, as each broadcast product is a
     `(rows, heads, keys, head_size)` temporary that a matmul never forms
-    (benchmarks/README.md). The searches choose by a search's row count.
+    (benchmarks/RESULTS.md). The searches choose by a search's row count.
     Values are kept transposed so that both forms read the caches as they are.
     """
     if matmul:

@@ -210,7 +210,7 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls
 # (`decoder_step._attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
-# 0.7x under oneDNN's (benchmarks/README.md). From as many rows greedy and beam search
+# 0.7x under oneDNN's (benchmarks/RESULTS.md). From as many rows greedy and beam search
 # also drop the rows that ended from their loops (their `live_rows_loop`s).
 MATMUL_ATTENTION_ROWS = 16
 

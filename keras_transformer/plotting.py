@@ -33,7 +33,7 @@ def _save(fig, path):
 
 
 def plot_positional_encoding(length: int = 128, depth: int = 128, path=None):
-    """Heat map of the sinusoidal encoding: positions down, dimensions across."""
+    """Heat map of the sinusoidal encoding: positions up (0 at the bottom), dimensions across."""
     encoding = positional_encoding(length, depth)
     fig, ax = plt.subplots(figsize=(8, 5))
     image = ax.pcolormesh(encoding, cmap="RdBu", vmin=-1, vmax=1)

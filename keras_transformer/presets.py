@@ -45,7 +45,7 @@ PRESETS = {
     # comes first in each sublayer (pre-LN): at 3e-3 the paper's post-LN order trained on
     # Multi30k but not on TED pt->en, whose decoder settled into a language model that
     # ignored the source (validation accuracy 0.28 after 4 epochs, 0.32 after 14), while
-    # pre-LN reached 0.32 after 2 epochs and 0.62 after 16 (benchmarks/README.md, "Quality
+    # pre-LN reached 0.32 after 2 epochs and 0.62 after 16 (benchmarks/RESULTS.md, "Quality
     # levers"). The learning rate cools to zero over the last fifth of the run: on
     # Multi30k, two runs alike but for that, 13 epochs each, scored validation BLEU 37.58
     # against 36.74 (beam 5). The last 5 epochs are kept for averaging, which validation

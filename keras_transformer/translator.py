@@ -69,7 +69,7 @@ class Translator(tf.Module):
     """Translates batches of strings with a trained `Transformer`.
 
     Every input row gets an answer: empty or whitespace-only strings decode
-    from an empty source ([START] [END]), undecodable bytes are replaced by
+    from an empty source (`[START] [END]`), undecodable bytes are replaced by
     U+FFFD, and sources longer than `max_source_length` tokens are cut there
     (their [END] kept) and flagged in the `source_truncated` output. A batch
     of zero rows gives zero rows.
@@ -79,7 +79,7 @@ class Translator(tf.Module):
     nor the wait it imposes on other callers grows with its row count or its
     longest row beyond one sub-batch of `max_source_length` tokens (the wait
     as long as the server has an inter-op thread per call it serves at once:
-    see benchmarks/README.md).
+    see benchmarks/RESULTS.md).
 
     Args:
         model: a built `Transformer`.
@@ -112,7 +112,7 @@ class Translator(tf.Module):
             Defaults to True.
         jit_compile: bool. Compile greedy and beam search (encoder and
             decoding loop) with XLA: the same translations, 2-3.5x faster at
-            batch 1 on CPU once compiled (README, "Decoding speed"), but every
+            batch 1 on CPU once compiled (benchmarks/RESULTS.md, "Decoding speed"), but every
             new input shape compiles first (seconds; see
             `JIT_SOURCE_LENGTH_STEP`), and TF Serving runs
             it only with `--xla_cpu_compilation_enabled=true` (its XLA JIT is
@@ -122,7 +122,7 @@ class Translator(tf.Module):
             as one matrix, the scaled cross-attention query, the tied output
             projection transposed) once, here, and keep them as variables,
             rather than once per search: what `export_translator` saves
-            (`frozen()`), about 1.1x at batch 1 (README, "Decoding speed").
+            (`frozen()`), about 1.1x at batch 1 (benchmarks/RESULTS.md, "Decoding speed").
             Only those are copied; every other weight is still read from the
             model, so a frozen translator must not outlive a change to its
             model's weights (it would decode with old fused weights and new

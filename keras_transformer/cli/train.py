@@ -77,8 +77,8 @@ def add_prepare_parser(subparsers) -> argparse.ArgumentParser:
         help="tokenize a corpus once, so that every run from it starts in seconds",
         description=(
             "Learn (or take) the tokenizer and tokenize every pair once, streaming the corpus, "
-            "into a prepared data directory of id shards that `train --data` "
-            "reads on any Keras backend. Example: `keras-transformer prepare --src train.en "
+            "into a prepared data directory of id shards that `train --data` reads (its loader "
+            "needs no TensorFlow). Example: `keras-transformer prepare --src train.en "
             "--tgt train.de --val-src val.en --val-tgt val.de --preset base --output data/ende`."
         ),
     )

@@ -4,7 +4,7 @@
 generator. XLA compiles that generator into slow code on CPU: on the 2-core
 benchmark machine 22 dropout masks of a (64, 32, 128) batch take 64 ms
 compiled against 4 ms for the hash below, and dropout was about 18% of the
-whole XLA training step of the tutorial-size model (benchmarks/README.md).
+whole XLA training step of the tutorial-size model (benchmarks/RESULTS.md).
 
 Here each element's keep decision is a hash of its flat index and of the
 layer's per-call seed: two rounds of a 32-bit integer mixer (xor-shift and

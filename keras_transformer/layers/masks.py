@@ -9,8 +9,8 @@ every attention call. A layer called without one (the tutorial's way:
 `attention(embedded)`) falls back to the Keras mask its input carries, which
 `PositionalEmbedding` sets and every block passes on (`resolve`); an explicit
 mask always wins. The tutorial's own layers lose that mask under Keras 3
-(wrapper layers drop it, `keras.layers.MultiHeadAttention` clears it; README,
-"Coming from the tutorial"); these layers keep it through every layer of a stack.
+(wrapper layers drop it, `keras.layers.MultiHeadAttention` clears it:
+docs/coming-from-the-tutorial.md); these layers keep it through every layer of a stack.
 """
 
 from keras import ops
