@@ -261,7 +261,7 @@ def _concatenate(arrays: list, dtype) -> np.ndarray:
 
 
 class PreparedSplit:
-    """The pairs of some shards: their ids, memory-mapped, and where each pair's are.
+    """The pairs of some shards: their ids (read as needed) and where each pair's are.
 
     Args:
         sources, targets: each shard's flat ids (`_IdFile`).
@@ -301,7 +301,7 @@ class PreparedSplit:
 class PreparedBatches(keras.utils.PyDataset):
     """Batches of `((context, target_in), target_out)` from prepared pairs, for `fit`.
 
-    The batches of `data.make_batches` (the text pipeline), from memory-mapped
+    The batches of `data.make_batches` (the text pipeline), from the shards'
     ids and numpy alone, so on every Keras backend: int32, padded with 0,
     grouped by length into the same buckets (`buckets`), `batch_size` pairs a
     batch or `batch_tokens // L` for a bucket padded to length L. Every epoch
