@@ -368,7 +368,8 @@ def test_base_preset_trains_a_few_steps_from_prepared_data(tmp_path, capsys):
 
 
 def _worker_main(data_dir: str, out_dir: str) -> None:
-    """One worker of the two-worker test: trains from prepared data, logs what it read."""
+    """One worker of the two-worker tests: trains from prepared data (or, given "text",
+    from the built-in corpus as text), logs what it read."""
     import keras
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
@@ -386,7 +387,8 @@ def _worker_main(data_dir: str, out_dir: str) -> None:
             steps.append(batch)
 
     prepared.PreparedBatches.batch_of = logged_batch_of
-    config = {**TOKENIZER, **TINY_MODEL, "data": data_dir, "batch_size": 32, "epochs": 1}
+    data = {"corpus": "demo", "demo_pairs": 600} if data_dir == "text" else {"data": data_dir}
+    config = {**TOKENIZER, **TINY_MODEL, **data, "batch_size": 32, "epochs": 1}
     run = Path(out_dir) / f"run{index}"
     train({**config, "strategy": "multi_worker"}, run, 0, callbacks=[CountSteps()])
     model = run_dir.load_model(run, run_dir.LAST_CHECKPOINT)
@@ -409,6 +411,17 @@ def test_two_workers_train_from_disjoint_shards_in_step(prepared_dir, tmp_path):
     steps = min(len(prepared.PreparedBatches(pairs, batch_size=16)) for pairs in own)
     assert [len(result["steps"]) for result in results] == [steps, steps]
     # ... and trained one model: the same weights on both.
+    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+    for name in weights[0].files:
+        np.testing.assert_array_equal(weights[0][name], weights[1][name])
+
+
+@pytest.mark.slow
+def test_two_workers_train_from_text_in_step(tmp_path):
+    workers = start_workers(2, [__file__, "worker", "text", str(tmp_path)])
+    wait_for_workers(workers, timeout=300)
+    steps = [len(json.loads((tmp_path / f"worker{i}.json").read_text())["steps"]) for i in range(2)]
+    assert steps[0] == steps[1] > 0
     weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
     for name in weights[0].files:
         np.testing.assert_array_equal(weights[0][name], weights[1][name])
