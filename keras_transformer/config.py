@@ -4,6 +4,11 @@ Its model fields are derived from the model's own option lists
 (`layers.options.BLOCK_OPTIONS`, `model.MODEL_OPTIONS`) rather than copied, so
 every option the model has is a setting here, a key of the config file and a
 flag of `keras-transformer train`.
+
+One concept, about 430 lines: the settings, their one-line help, their checks
+and the docstring built from that help belong together, so that a setting is
+written once; most of the length is the help text itself. A typed, nested
+config, section by section, is where it would split.
 """
 
 from __future__ import annotations
