@@ -17,14 +17,31 @@ padding tokens, so the mean of means over-weights replicas with short
 sentences. `global_token_mean` divides each replica's loss sum by the
 all-reduced count of real tokens; Keras then sums the replicas' gradients,
 which gives the gradient of the global token mean.
+
+Strategies are TensorFlow's: on the JAX and PyTorch backends only "default"
+runs (one device, `OneDevice`).
 """
 
-import tensorflow as tf
+import contextlib
+
+from keras import ops
+
+from keras_transformer.layers import backend
+
+if backend.ON_TENSORFLOW:
+    import tensorflow as tf
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 
-def get_strategy(name: str = "default", tpu: str | None = None) -> tf.distribute.Strategy:
+class OneDevice:
+    """The "default" strategy of the JAX and PyTorch backends: no distribution."""
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+def get_strategy(name: str = "default", tpu: str | None = None):
     """Returns the `tf.distribute.Strategy` called `name` (one of `STRATEGIES`).
 
     Args:
@@ -33,8 +50,16 @@ def get_strategy(name: str = "default", tpu: str | None = None) -> tf.distribute
             resolver find the TPU attached to this VM (Cloud TPU VMs, Colab).
 
     Raises:
-        ValueError: for an unknown name.
+        ValueError: for an unknown name, or a strategy other than "default" on
+            a backend other than TensorFlow.
     """
+    if not backend.ON_TENSORFLOW and name in STRATEGIES:
+        if name == "default":
+            return OneDevice()
+        raise ValueError(
+            f"The {name!r} strategy is TensorFlow's (tf.distribute); the Keras backend "
+            f"here is {backend.BACKEND!r}. Use strategy 'default', or KERAS_BACKEND=tensorflow."
+        )
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
@@ -52,16 +77,20 @@ def get_strategy(name: str = "default", tpu: str | None = None) -> tf.distribute
     )
 
 
-def num_workers(strategy: tf.distribute.Strategy) -> int:
+def num_workers(strategy) -> int:
     """The machines `strategy` trains on: the workers (and chief) of its cluster, or 1."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+    if not backend.ON_TENSORFLOW or resolver is None:
+        return 1
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return 1
     spec = resolver.cluster_spec()
     return sum(spec.num_tasks(job) for job in ("chief", "worker") if job in spec.jobs) or 1
 
 
-class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+class _MultiWorkerMirroredStrategy(
+    tf.distribute.MultiWorkerMirroredStrategy if backend.ON_TENSORFLOW else object
+):
     """MultiWorkerMirroredStrategy whose `reduce` works the way Keras calls it.
 
     Keras 3.15's `fit` under this strategy (1) reduces the first batch, a
@@ -87,7 +116,7 @@ class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         return tf.nest.map_structure(reduce_leaf, value)
 
 
-def shard_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
+def shard_by_data(dataset):
     """Marks `dataset` to be split between workers batch by batch.
 
     Keras distributes a dataset passed to `fit` with
@@ -113,10 +142,10 @@ def global_token_mean(loss_sum, token_count):
     two-worker test in tests/test_distribute.py pins this down.
 
     Outside a replica context (e.g. Keras' symbolic build in the strategy
-    scope) and with one replica it is the plain local mean.
+    scope), with one replica and on the other backends it is the plain local mean.
     """
-    token_count = tf.cast(token_count, loss_sum.dtype)
-    context = tf.distribute.get_replica_context()
+    token_count = ops.cast(token_count, loss_sum.dtype)
+    context = tf.distribute.get_replica_context() if backend.ON_TENSORFLOW else None
     if context is not None and context.num_replicas_in_sync > 1:
         token_count = context.all_reduce(tf.distribute.ReduceOp.SUM, token_count)
-    return tf.math.divide_no_nan(loss_sum, token_count)
+    return ops.divide_no_nan(loss_sum, token_count)

@@ -1,7 +1,7 @@
 """The masked cross-entropy loss: a mean over real (non-padding) target tokens."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_transformer.constants import PAD_ID
 from keras_transformer.distribute import global_token_mean
@@ -9,16 +9,16 @@ from keras_transformer.distribute import global_token_mean
 
 def token_losses(label, pred, label_smoothing=0.0):
     """Per-token cross entropy `(batch, length)` in float32 (zero at padding)."""
-    pred = tf.cast(pred, tf.float32)
-    label = tf.cast(label, tf.int32)
+    pred = ops.cast(pred, "float32")
+    label = ops.cast(label, "int32")
     if label_smoothing:
-        depth = tf.shape(pred)[-1]
-        onehot = tf.one_hot(label, depth, dtype=tf.float32)
-        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / tf.cast(depth, tf.float32)
-        loss = tf.nn.softmax_cross_entropy_with_logits(smoothed, pred)
+        depth = pred.shape[-1]
+        onehot = ops.one_hot(label, depth, dtype="float32")
+        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / depth
+        loss = ops.categorical_crossentropy(smoothed, pred, from_logits=True)
     else:
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(label, pred)
-    mask = tf.cast(label != PAD_ID, tf.float32)
+        loss = ops.sparse_categorical_crossentropy(label, pred, from_logits=True)
+    mask = ops.cast(ops.not_equal(label, PAD_ID), "float32")
     return loss * mask, mask
 
 
@@ -37,7 +37,7 @@ def masked_loss(label, pred, label_smoothing=0.0):
             (the paper uses 0.1). Defaults to 0.
     """
     loss, mask = token_losses(label, pred, label_smoothing)
-    return global_token_mean(tf.reduce_sum(loss), tf.reduce_sum(mask))
+    return global_token_mean(ops.sum(loss), ops.sum(mask))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -1,16 +1,18 @@
 """Metrics over real (non-padding) target tokens: masked accuracy and a token count."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_transformer.constants import PAD_ID
+from keras_transformer.layers import backend
 
 
 def _real_and_correct(label, pred):
     """float32 masks `(batch, length)`: real target tokens, and tokens predicted exactly."""
-    label = tf.cast(label, tf.int64)
-    real = tf.cast(label != PAD_ID, tf.float32)
-    correct = tf.cast(tf.argmax(pred, axis=-1) == label, tf.float32) * real
+    label = ops.cast(label, "int32")
+    real = ops.cast(ops.not_equal(label, PAD_ID), "float32")
+    predicted = backend.argmax(pred)
+    correct = ops.cast(ops.equal(predicted, label), "float32") * real
     return real, correct
 
 
@@ -27,7 +29,7 @@ def masked_accuracy(label, pred):
         float32 scalar: correct real tokens over real tokens (0 if none).
     """
     real, correct = _real_and_correct(label, pred)
-    return tf.math.divide_no_nan(tf.reduce_sum(correct), tf.reduce_sum(real))
+    return ops.divide_no_nan(ops.sum(correct), ops.sum(real))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -52,11 +54,11 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         real, correct = _real_and_correct(y_true, y_pred)
-        self.correct.assign_add(tf.reduce_sum(correct))
-        self.total.assign_add(tf.reduce_sum(real))
+        self.correct.assign_add(ops.sum(correct))
+        self.total.assign_add(ops.sum(real))
 
     def result(self):
-        return tf.math.divide_no_nan(self.correct, self.total)
+        return ops.divide_no_nan(self.correct, self.total)
 
     def reset_state(self):
         self.correct.assign(0.0)
@@ -72,11 +74,11 @@ class TargetTokens(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        self.total.assign_add(tf.cast(tf.math.count_nonzero(y_true), tf.float32))
+        self.total.assign_add(ops.cast(ops.count_nonzero(y_true), "float32"))
 
     def result(self):
         # A copy: the logs must not follow the variable once it is reset.
-        return tf.identity(self.total)
+        return ops.copy(self.total)
 
     def reset_state(self):
         self.total.assign(0.0)

@@ -1,12 +1,15 @@
 """The encoder-decoder Transformer as a Keras model."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer import decoder_step, losses
+from keras_transformer import losses
 from keras_transformer.constants import PAD_ID
-from keras_transformer.layers import Decoder, Encoder, masks, packing, validation
+from keras_transformer.layers import Decoder, Encoder, backend, masks, packing, validation
 from keras_transformer.layers.options import BlockOptionsMixin, pop_block_options
+
+if backend.ON_TENSORFLOW:  # the packed training step and decoding for serving
+    import tensorflow as tf
 
 # The model's own options beyond the block options (`layers.options.BLOCK_OPTIONS`),
 # with their defaults.
@@ -162,11 +165,11 @@ class Transformer(BlockOptionsMixin, keras.Model):
         """Decoder features `(..., d_model)` -> float32 logits `(..., target_vocab_size)`."""
         if self.final_layer is None:
             table = self.decoder.embedding.embedding.embeddings
-            logits = tf.matmul(features, tf.cast(table, features.dtype), transpose_b=True)
+            logits = ops.matmul(features, ops.transpose(ops.cast(table, features.dtype)))
         else:
             logits = self.final_layer(features)
         # Logits in float32 so that softmax and loss are stable under mixed precision.
-        logits = tf.cast(logits, tf.float32)
+        logits = ops.cast(logits, "float32")
         # Without the target's Keras mask, which the features carry and the
         # Dense layer passes on: Keras would weight the loss by it, and our
         # loss, already masked and reduced to a scalar, cannot be weighted.
@@ -194,6 +197,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
         return self.project(decoded)
 
     # -- decoding: the step interface of the searches (decoding.py, beam.py) --
+    # Decoding for serving runs in TensorFlow graphs, on the TensorFlow backend.
 
     def decoding_start(
         self,
@@ -235,6 +239,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         # The source is encoded once; cross-attention keys/values are projected
         # once per source, the decoder's weights read once per search and fused
         # here too unless `fused_weights` were computed before (`decoder_step.py`).
+        from keras_transformer import decoder_step
+
         context, context_mask = self.encode(context_ids, training=False)
         state = decoder_step.start(
             self,
@@ -263,6 +269,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         if "context_ids" in state:
             logits = self((state["context_ids"], tokens[:, : index + 1]), training=False)
             return logits[:, -1, :], state
+        from keras_transformer import decoder_step
+
         return decoder_step.step(
             self, state["weights"], tokens[:, index], index, state, matmul_attention
         )
@@ -297,8 +305,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         features = packing.unpack(decoded, masks.padding_mask(target_ids))
         return self.project(tf.boolean_mask(features, self._real_positions))
 
-    def train_step(self, data):
-        """Keras' training step, on the real tokens only.
+    def train_step(self, *args):
+        """Keras' training step, on the real tokens only (on TensorFlow).
 
         A padded position costs as much as a real one in every per-token step
         (the projections, the feed-forward, the vocabulary projection and
@@ -313,8 +321,13 @@ class Transformer(BlockOptionsMixin, keras.Model):
         shapes cannot hold a data-dependent count of tokens, with
         `sample_weight`, with any other loss (it may count padding), or when
         `skip_padding=False`. Compiled metrics receive the gathered labels and
-        logits, so padding never reaches them.
+        logits, so padding never reaches them. On JAX and PyTorch, whose
+        compiled steps have static shapes, Keras' own step runs
+        (`layers/backend.py`).
         """
+        if not backend.PACKED_TRAINING:
+            return super().train_step(*args)
+        (data,) = args
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if not self._can_skip_padding(y, sample_weight):
             return super().train_step(data)

@@ -12,14 +12,14 @@ only fixes while the run goes on.
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 def _warmup_then_inverse_sqrt(step, peak, warmup_steps):
     """peak * min(step / warmup, sqrt(warmup / step)); step 0 counts as step 1."""
-    step = tf.maximum(tf.cast(step, tf.float32), 1.0)
-    warmup = tf.cast(warmup_steps, tf.float32)
-    return peak * tf.minimum(step / warmup, tf.sqrt(warmup / step))
+    step = ops.maximum(ops.cast(step, "float32"), 1.0)
+    warmup = float(warmup_steps)
+    return peak * ops.minimum(step / warmup, ops.sqrt(warmup / step))
 
 
 def _check_positive(**values):
@@ -114,7 +114,7 @@ class Cooldown(keras.optimizers.schedules.LearningRateSchedule):
         self.schedule = schedule
         self.fraction = fraction
         # Not saved with the optimizer: a resumed run projects its end afresh.
-        self.last_step = tf.Variable(math.inf, trainable=False, dtype=tf.float32)
+        self.last_step = keras.Variable(math.inf, trainable=False, dtype="float32")
 
     def set_last_step(self, step: float):
         if not (math.isfinite(step) and step > 0):
@@ -122,10 +122,11 @@ class Cooldown(keras.optimizers.schedules.LearningRateSchedule):
         self.last_step.assign(float(step))
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        left = (self.last_step - step) / (self.fraction * self.last_step)
+        step = ops.cast(step, "float32")
+        last_step = ops.convert_to_tensor(self.last_step)
+        left = (last_step - step) / (self.fraction * last_step)
         # inf / inf is nan while the end is unknown: no cooldown then.
-        factor = tf.where(tf.math.is_finite(self.last_step), tf.clip_by_value(left, 0.0, 1.0), 1.0)
+        factor = ops.where(ops.isfinite(last_step), ops.clip(left, 0.0, 1.0), 1.0)
         return self.schedule(step) * factor
 
     def get_config(self):

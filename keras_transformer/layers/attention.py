@@ -12,9 +12,9 @@ carry (set by `PositionalEmbedding`), and pass it on to their output.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer.layers import masks, packing, validation
+from keras_transformer.layers import backend, masks, packing, validation
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.residual import Residual
 
@@ -213,7 +213,7 @@ class GlobalSelfAttention(BaseAttention):
         key, value = self.mha.project_key_value(h, padding_mask)
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
-        if tf.executing_eagerly():
+        if backend.is_concrete(weights):
             self.last_attn_scores = weights
         return (y, weights) if return_attention_scores else y
 
@@ -290,10 +290,10 @@ class CausalSelfAttention(BaseAttention):
         h = self.residual.normalize_input(x)
         key, value = self.mha.project_key_value(h, padding_mask)
         if cache is None:
-            length = tf.shape(key)[2]
-            mask = masks.causal_mask(length, length)[None, :, :]
+            length = ops.shape(key)[2]
+            mask = ops.expand_dims(masks.causal_mask(length, length), 0)
             if padding_mask is not None:
-                mask = tf.logical_and(mask, masks.key_mask(padding_mask))
+                mask = ops.logical_and(mask, masks.key_mask(padding_mask))
         else:
             cache = self.mha.update_cache(cache, key, value, cache_index)
             key, value = cache
@@ -302,7 +302,9 @@ class CausalSelfAttention(BaseAttention):
             mask = (
                 None
                 if x.shape[1] == 1
-                else masks.causal_mask(tf.shape(x)[1], tf.shape(key)[2], cache_index)[None, :, :]
+                else ops.expand_dims(
+                    masks.causal_mask(ops.shape(x)[1], ops.shape(key)[2], cache_index), 0
+                )
             )
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
@@ -387,6 +389,6 @@ class CrossAttention(BaseAttention):
         h = self.residual.normalize_input(x)
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
-        if tf.executing_eagerly():
+        if backend.is_concrete(weights):
             self.last_attn_scores = weights
         return (y, weights) if return_attention_scores else y

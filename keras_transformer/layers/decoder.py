@@ -1,9 +1,8 @@
 """Decoder: causal self-attention, cross-attention and feed-forward blocks."""
 
 import keras
-import tensorflow as tf
 
-from keras_transformer.layers import masks
+from keras_transformer.layers import backend, masks
 from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
 from keras_transformer.layers.block import Block
 from keras_transformer.layers.stack import BlockStack
@@ -97,7 +96,7 @@ class DecoderLayer(Block):
             return_attention_scores=True,
         )
         x = self.ffn(x, training=training)
-        if tf.executing_eagerly():
+        if backend.is_concrete(weights):
             self.last_attn_scores = weights
         results = (x,)
         if cache is not None:
@@ -189,7 +188,7 @@ class Decoder(BlockStack):
                 return_attention_scores=True,
             )
             attention_scores.append(weights)
-        if tf.executing_eagerly():
+        if backend.is_concrete(attention_scores[-1]):
             self.last_attn_scores = attention_scores[-1]
         x = self._finish(x)
         return (x, attention_scores) if return_attention_scores else x

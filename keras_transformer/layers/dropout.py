@@ -12,12 +12,17 @@ multiply, the "lowbias32" constants of Chris Wellons' hash search), a dozen
 integer operations that XLA fuses into the neighbouring elementwise work.
 The hash is a counter-based generator in the same sense as Philox, with fewer
 rounds: plenty for a Bernoulli mask, not meant for anything statistical.
+
+The hash is TensorFlow's (`backend.HASHED_DROPOUT`); on the other backends the
+layer draws its masks as `keras.layers.Dropout` does.
 """
 
 import keras
-import tensorflow as tf
 
-from keras_transformer.layers import validation
+from keras_transformer.layers import backend, validation
+
+if backend.HASHED_DROPOUT:
+    import tensorflow as tf
 
 
 def _mix(x):
@@ -62,6 +67,8 @@ class HashedDropout(keras.layers.Dropout):
     tensor of its own, and the hash measured slower (0.90x). The hash uses
     uint32 multiplication, which TensorFlow implements on GPU only under XLA.
 
+    On JAX and PyTorch it draws Keras' masks (the same contract, other bits).
+
     Args:
         rate: float in [0, 1). Fraction of the inputs to drop.
         seed: int. Optional random seed.
@@ -79,6 +86,8 @@ class HashedDropout(keras.layers.Dropout):
         super().__init__(rate, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
+        if not backend.HASHED_DROPOUT:
+            return super().call(inputs, training=training)
         if not training or self.rate == 0:
             return inputs
         keep = hashed_keep_mask(tf.shape(inputs), self.rate, self.seed_generator.next())

@@ -4,9 +4,9 @@ import math
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer.layers import masks, validation
+from keras_transformer.layers import backend, masks, validation
 
 
 def positional_encoding(length, depth):
@@ -92,26 +92,24 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def call(self, token_ids, start_position=0):
         validation.check_token_ids("token_ids", token_ids)
-        length = tf.shape(token_ids)[1]
+        length = ops.shape(token_ids)[1]
         static_length = token_ids.shape[1]
         if static_length is not None and static_length > self.max_length:
             raise ValueError(
                 f"Sequence length {static_length} exceeds max_length={self.max_length}."
             )
-        end = start_position + length
-        with tf.control_dependencies(
-            [
-                tf.debugging.assert_less_equal(
-                    end,
-                    self.max_length,
-                    message=f"Sequence longer than max_length={self.max_length}",
-                )
-            ]
+        with backend.checked(
+            start_position + length <= self.max_length,
+            f"Sequence longer than max_length={self.max_length}",
         ):
-            encoding = tf.cast(self._encoding, self.compute_dtype)[start_position:end]
+            encoding = ops.slice(
+                ops.cast(self._encoding, self.compute_dtype),
+                (start_position, 0),
+                (length, self.d_model),
+            )
         x = self.embedding(token_ids)
-        x = x * tf.cast(math.sqrt(self.d_model), self.compute_dtype)
-        return x + encoding[None, :, :]
+        x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        return x + ops.expand_dims(encoding, 0)
 
     def compute_mask(self, token_ids, previous_mask=None):
         return masks.padding_mask(token_ids)

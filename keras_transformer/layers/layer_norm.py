@@ -1,7 +1,11 @@
-"""Layer normalization over the last axis, with its gradient written out."""
+"""Layer normalization over the last axis, with its gradient written out (on TensorFlow)."""
 
 import keras
-import tensorflow as tf
+
+from keras_transformer.layers import backend
+
+if backend.WRITTEN_OUT_LAYER_NORM_GRADIENT:
+    import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -14,11 +18,17 @@ class LayerNormalization(keras.layers.LayerNormalization):
     a Transformer step runs dozens of layer norms on small tensors, where op
     count, not arithmetic, sets the cost. The gradient here is the closed form
     (five elementwise ops and three row reductions). Layer norms over other
-    axes, or without both `gamma` and `beta`, use Keras' own computation.
+    axes, or without both `gamma` and `beta`, use Keras' own computation, and
+    so do JAX and PyTorch, whose compilers fuse the automatic gradient
+    (`backend.WRITTEN_OUT_LAYER_NORM_GRADIENT`).
     """
 
     def call(self, inputs):
-        if self.axis not in ([-1], [len(inputs.shape) - 1]) or not (self.center and self.scale):
+        if (
+            not backend.WRITTEN_OUT_LAYER_NORM_GRADIENT
+            or self.axis not in ([-1], [len(inputs.shape) - 1])
+            or not (self.center and self.scale)
+        ):
             return super().call(inputs)
         # Computed in float32 at least, as Keras does, for half-precision inputs.
         dtype = tf.float32 if inputs.dtype in (tf.float16, tf.bfloat16) else inputs.dtype

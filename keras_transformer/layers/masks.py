@@ -15,6 +15,9 @@ docs/coming-from-the-tutorial.md); these layers keep it through every layer of a
 
 from keras import ops
 
+# Keras' own accessors: they know where each backend's tensors keep the mask.
+from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
+
 from keras_transformer.constants import PAD_ID
 
 # Added to the logits of masked keys. A finite value (not -inf) keeps a row
@@ -69,16 +72,17 @@ def additive_bias(mask):
 def keras_mask(x):
     """The Keras mask `x` carries (`(batch, length)` bool, True at real tokens), or None.
 
-    Keras keeps it as the tensor attribute `_keras_mask`; numpy arrays and
-    tensors without one give None.
+    Keras keeps it as the tensor attribute `_keras_mask`, or, for tensors that
+    take no attributes (JAX's arrays), in a table by the tensor's identity;
+    numpy arrays and tensors without one give None.
     """
-    return getattr(x, "_keras_mask", None)
+    return get_keras_mask(x)
 
 
 def drop_keras_mask(x):
     """Removes the Keras mask from `x`, a tensor the caller made (in place)."""
     if keras_mask(x) is not None:
-        x._keras_mask = None
+        set_keras_mask(x, None)
 
 
 def resolve(explicit_mask, x):

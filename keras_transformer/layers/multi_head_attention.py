@@ -13,10 +13,13 @@ broadcastable to it; the sublayers pass them explicitly.
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer.layers import masks, packing, query_chunks, validation
+from keras_transformer.layers import backend, masks, packing, validation
 from keras_transformer.layers.dropout import make_dropout
+
+if backend.QUERY_CHUNKS:
+    from keras_transformer.layers import query_chunks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -32,7 +35,7 @@ class MultiHeadAttention(keras.layers.Layer):
         chunk_queries: bool. On TensorFlow's CPU kernels (no GPU, no XLA), long
             queries attend in chunks small enough for the batched matmul to use
             every thread (`query_chunks.py`); same results, longer tracing.
-            Defaults to False.
+            Other backends attend whole. Defaults to False.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -100,15 +103,15 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         if packing.is_packed(x):
             x = packing.unpack(x, padding_mask)
-        batch, length = tf.shape(x)[0], tf.shape(x)[1]
-        x = tf.reshape(x, [batch, length, self.num_heads, self.key_dim])
-        return tf.transpose(x, [0, 2, 1, 3])
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.key_dim))
+        return ops.transpose(x, (0, 2, 1, 3))
 
     def merge_heads(self, x):
         """`(batch, heads, length, key_dim)` -> `(batch, length, heads * key_dim)`."""
-        batch, length = tf.shape(x)[0], tf.shape(x)[2]
-        x = tf.transpose(x, [0, 2, 1, 3])
-        return tf.reshape(x, [batch, length, self.num_heads * self.key_dim])
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (batch, length, self.num_heads * self.key_dim))
 
     def project_key_value(self, x, padding_mask=None):
         """Keys and values of `x` in heads: two `(batch, heads, length, key_dim)`.
@@ -131,9 +134,9 @@ class MultiHeadAttention(keras.layers.Layer):
         export's length limit). `max_length` is accepted for the callers that
         name their bound; the model's positions bound the cache.
         """
-        shape = [batch_size, self.num_heads, 0, self.key_dim]
+        shape = (batch_size, self.num_heads, 0, self.key_dim)
         dtype = dtype or self.compute_dtype
-        return (tf.zeros(shape, dtype), tf.zeros(shape, dtype))
+        return (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
 
     @staticmethod
     def update_cache(cache, key, value, index):
@@ -142,16 +145,16 @@ class MultiHeadAttention(keras.layers.Layer):
         `index` is the position of the first new one: the cache must hold
         exactly the positions before it (decoding writes them in order).
         """
-        written = tf.shape(cache[0])[2]
-        check = tf.debugging.assert_equal(
-            written,
-            tf.cast(index, written.dtype),
-            message="The key/value cache is written in order: `cache_index` must equal "
+        if not isinstance(index, int):
+            index = ops.cast(index, "int32")
+        with backend.checked(
+            ops.shape(cache[0])[2] == index,
+            "The key/value cache is written in order: `cache_index` must equal "
             "the number of positions already in the cache",
-        )
-        with tf.control_dependencies([check]):
+        ):
             return tuple(
-                tf.concat([c, tf.cast(new, c.dtype)], axis=2) for c, new in zip(cache, (key, value))
+                ops.concatenate([c, ops.cast(new, c.dtype)], axis=2)
+                for c, new in zip(cache, (key, value))
             )
 
     # -- attention ------------------------------------------------------------
@@ -166,7 +169,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns `(output, weights)` as the layer does.
         """
         query = self.split_heads(self.query_dense(query_input), query_mask)
-        query = query * tf.cast(1.0 / math.sqrt(self.key_dim), query.dtype)
+        query = query * ops.cast(1.0 / math.sqrt(self.key_dim), query.dtype)
         # The mask as an additive bias: inside `attend_in_chunks`' branches a
         # boolean mask (kept for tf.where's gradient) trips TensorFlow's type
         # inference warnings, and an addition is no slower.
@@ -175,18 +178,20 @@ class MultiHeadAttention(keras.layers.Layer):
             bias = masks.additive_bias(attention_mask)
 
         def core(query, bias):
-            scores = tf.matmul(query, key, transpose_b=True)  # (b, h, q, k)
+            scores = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (b, h, q, k)
             # Softmax in float32 whatever the compute dtype: float16 overflows.
-            scores = tf.cast(scores, tf.float32)
+            scores = ops.cast(scores, "float32")
             if bias is not None:
-                scores = scores + bias[:, None, :, :]
-            weights = tf.nn.softmax(scores, axis=-1)
-            dropped = self.weights_dropout(tf.cast(weights, value.dtype), training=training)
-            return tf.matmul(dropped, value), weights
+                scores = scores + ops.expand_dims(bias, 1)
+            # One key takes all the weight (Keras warns of a softmax over one value).
+            one_key = scores.shape[-1] == 1
+            weights = ops.ones_like(scores) if one_key else ops.softmax(scores, axis=-1)
+            dropped = self.weights_dropout(ops.cast(weights, value.dtype), training=training)
+            return ops.matmul(dropped, value), weights
 
-        if self.chunk_queries and query_chunks.worth_splitting():
+        if self.chunk_queries and backend.QUERY_CHUNKS and query_chunks.worth_splitting():
             output, weights = query_chunks.attend_in_chunks(
-                core, query, bias, tf.shape(key)[2], self.key_dim
+                core, query, bias, ops.shape(key)[2], self.key_dim
             )
         else:
             output, weights = core(query, bias)

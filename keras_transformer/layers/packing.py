@@ -8,32 +8,42 @@ A packed tensor keeps only the real tokens: `(tokens, d_model)` instead of
 True entries. Attention puts its queries, keys and values back into the padded
 layout (`unpack`), where heads and masks work as before, and packs its output.
 
-Packing needs a data-dependent token count, so it is for graph and eager mode,
-not for XLA-compiled functions (static shapes).
+Packing needs a data-dependent token count, so it is for TensorFlow graphs and
+eager calls on any backend, not for XLA-compiled functions or JAX's `jit`
+(static shapes). Training packs on TensorFlow only (`backend.PACKED_TRAINING`).
 """
 
-import tensorflow as tf
+from keras import ops
+
+
+def rank(x):
+    """The number of axes of `x`, or None where a TensorFlow graph does not know it."""
+    try:
+        return len(x.shape)
+    except ValueError:  # a tf.TensorShape of unknown rank has no length
+        return None
 
 
 def is_packed(x):
     """True for packed features `(tokens, d_model)`, False for `(batch, length, d_model)`."""
-    return tf.TensorShape(x.shape).rank == 2
+    return rank(x) == 2
 
 
 def real_rows(padding_mask):
     """Flat indices (into `batch * length`) of the real tokens: `(tokens,)` int32."""
-    return tf.cast(tf.where(tf.reshape(padding_mask, [-1]))[:, 0], tf.int32)
+    return ops.cast(ops.where(ops.reshape(padding_mask, (-1,)))[0], "int32")
 
 
 def pack(x, padding_mask):
     """`(batch, length, features)` -> `(tokens, features)`: the real tokens' rows."""
-    rows = tf.reshape(x, [-1, tf.shape(x)[-1]])
-    return tf.gather(rows, real_rows(padding_mask))
+    rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
+    return ops.take(rows, real_rows(padding_mask), axis=0)
 
 
 def unpack(packed, padding_mask):
     """`(tokens, features)` -> `(batch, length, features)`, zeros at padding."""
-    batch, length = tf.shape(padding_mask)[0], tf.shape(padding_mask)[1]
-    features = tf.shape(packed)[-1]
-    flat = tf.scatter_nd(real_rows(padding_mask)[:, None], packed, [batch * length, features])
-    return tf.reshape(flat, [batch, length, features])
+    batch, length = ops.shape(padding_mask)[0], ops.shape(padding_mask)[1]
+    features = ops.shape(packed)[-1]
+    indices = ops.expand_dims(real_rows(padding_mask), 1)
+    flat = ops.scatter(indices, packed, (batch * length, features))
+    return ops.reshape(flat, (batch, length, features))

@@ -2,7 +2,7 @@
 
 import operator
 
-import tensorflow as tf
+import keras
 
 from keras_transformer.layers import packing
 
@@ -44,18 +44,18 @@ def check_heads(d_model, num_heads):
 
 def check_token_ids(name, token_ids):
     """Token ids must be an integer tensor of rank 2 `(batch, length)`."""
-    if token_ids.shape.rank is not None and token_ids.shape.rank != 2:
+    if packing.rank(token_ids) not in (None, 2):
         raise ValueError(
             f"`{name}` must have shape (batch, length). Received shape {token_ids.shape}"
         )
-    dtype = tf.as_dtype(token_ids.dtype)
-    if not dtype.is_integer:
-        raise ValueError(f"`{name}` must hold integer token ids. Received dtype {dtype.name}")
+    dtype = keras.backend.standardize_dtype(token_ids.dtype)
+    if "int" not in dtype:
+        raise ValueError(f"`{name}` must hold integer token ids. Received dtype {dtype}")
 
 
 def check_features(name, x, d_model=None):
     """Feature tensors must have shape `(batch, length, d_model)`."""
-    if x.shape.rank is not None and x.shape.rank != 3:
+    if packing.rank(x) not in (None, 3):
         raise ValueError(
             f"`{name}` must have shape (batch, length, d_model). Received shape {x.shape}"
         )
