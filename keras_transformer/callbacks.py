@@ -9,6 +9,7 @@ whole or not at all (`atomic.write_atomically`).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -261,7 +262,8 @@ def make_callbacks(
     cooldown_schedule=None,
     epochs: int | None = None,
 ) -> list:
-    """Checkpoints, backup (resume after a kill), history, TensorBoard, NaN stop; with
+    """Checkpoints, backup (resume after a kill), history, TensorBoard (where TensorFlow
+    is installed), NaN stop; with
     `keep_epoch_checkpoints`, the last epochs' checkpoints for averaging; with
     `cooldown_schedule` (a `schedules.Cooldown`), the projection of the run's end
     (`ProjectedEnd`) from `epochs` and `time_budget_minutes`.
@@ -282,11 +284,15 @@ def make_callbacks(
         # After the checkpoints and before the history: an epoch that history.json
         # records done has its checkpoints and backup on disk (see backup.py).
         RunBackup(run_dir),
-        keras.callbacks.TensorBoard(
-            run_dir / run_dir_lib.LOG_DIR, update_freq="epoch", write_graph=False
-        ),
         RunHistory(run_dir),
     ]
+    if importlib.util.find_spec("tensorflow") is not None:
+        # Keras writes TensorBoard's logs with TensorFlow; without it the run's
+        # history and plots remain.
+        tensorboard = keras.callbacks.TensorBoard(
+            run_dir / run_dir_lib.LOG_DIR, update_freq="epoch", write_graph=False
+        )
+        callbacks.insert(-1, tensorboard)
     budget = TimeBudget(time_budget_minutes) if time_budget_minutes else None
     if budget is not None:
         callbacks.append(budget)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from keras_transformer import distribute
 from keras_transformer.constants import RESERVED_TOKENS
+from keras_transformer.layers import backend
 from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
 from keras_transformer.model import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS, Transformer
-from keras_transformer.tokenizers.normalization import check_normalization_form
-from keras_transformer.tokenizers.sentencepiece import BYTE_PIECES
+from keras_transformer.tokenizers.settings import BYTE_PIECES, check_normalization_form
 
 # The model's sizes, with the TensorFlow tutorial's values.
 MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
@@ -233,6 +233,14 @@ class _RunSettings:
                 f"max_tokens={self.max_tokens} exceeds max_length={self.max_length}, the "
                 "longest sequence the model's positions cover: lower max_tokens or raise "
                 "max_length."
+            )
+        if self.lr_cooldown and self.time_budget_minutes and not backend.ON_TENSORFLOW:
+            # JAX and PyTorch compile the schedule's end as it is at the first step: a
+            # run bounded by epochs knows it then, one bounded by time does not.
+            raise ValueError(
+                "lr_cooldown with time_budget_minutes runs on the TensorFlow backend only "
+                f"(the Keras backend here is {backend.BACKEND!r}): bound the run by epochs "
+                "alone, or KERAS_BACKEND=tensorflow."
             )
         # The model's own checks (head size, dropout rates, activation, ...), run by
         # constructing one, which makes no weights: before a run directory is written,

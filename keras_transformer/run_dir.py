@@ -35,7 +35,6 @@ from pathlib import Path
 from keras_transformer import checkpoints
 from keras_transformer.atomic import write_atomically
 from keras_transformer.config import TrainConfig
-from keras_transformer.tokenizers import TOKENIZER_KINDS
 
 CONFIG_FILE = "config.json"
 SOURCE_VOCAB_FILE = "vocab_source.txt"
@@ -199,6 +198,8 @@ def _check_vocab_sizes(run_dir: Path, config: dict, settings: dict, tokenizers) 
 def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
     """(source, target) tokenizers from `settings` (`tokenizer_settings`) and the files
     in `run_dir`; one tokenizer object twice for a joint vocabulary."""
+    from keras_transformer.tokenizers import TOKENIZER_KINDS  # needs TensorFlow: imported on use
+
     run_dir = Path(run_dir)
     tokenizer_class = TOKENIZER_KINDS[settings["kind"]]
     arguments = {
@@ -235,6 +236,17 @@ def load_tokenizers(run_dir: str | os.PathLike):
     _check_tokenizer_files(run_dir, config, settings)
     _check_vocab_sizes(run_dir, config, settings, tokenizers)
     return tokenizers
+
+
+def check_tokenizer_files(run_dir: str | os.PathLike) -> None:
+    """The run's tokenizer files are there and are the ones its config.json records.
+
+    `load_tokenizers` checks this too; this check needs no TensorFlow (a run
+    training from prepared data reads no tokenizer).
+    """
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    _check_tokenizer_files(run_dir, config, tokenizer_settings(config))
 
 
 def load_model(

@@ -14,9 +14,8 @@ import shutil
 from pathlib import Path
 
 import keras
-import tensorflow as tf
 
-from keras_transformer import atomic, corpora, data, distribute, prepared
+from keras_transformer import atomic, distribute, prepared
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
 from keras_transformer.config import TRAINING_DATA_PATHS, TrainConfig, read_config_file
@@ -29,11 +28,24 @@ from keras_transformer.schedules import (
     make_optimizer,
     make_schedule,
 )
-from keras_transformer.tokenizers import (
-    learn_sentencepiece_model,
-    learn_vocabulary,
-    write_sentencepiece_model,
-    write_vocabulary,
+
+try:  # text is tokenized in TensorFlow graphs; prepared data trains without TensorFlow
+    import tensorflow as tf
+
+    from keras_transformer import corpora, data
+    from keras_transformer.tokenizers import (
+        learn_sentencepiece_model,
+        learn_vocabulary,
+        write_sentencepiece_model,
+        write_vocabulary,
+    )
+except ImportError:
+    tf = None
+
+TEXT_NEEDS_TENSORFLOW = (
+    "Training from text needs TensorFlow and tensorflow-text (the tokenizers run in "
+    "TensorFlow graphs), which are not installed here. Prepare the data where they are "
+    "(keras-transformer prepare) and train from it here (--data DIR)."
 )
 
 __all__ = [
@@ -113,8 +125,8 @@ def learn_tokenizer_file(config: TrainConfig, texts, path: Path) -> None:
         write_vocabulary(vocab, path)
 
 
-def _prepared_tokenizers(prepared_data: prepared.PreparedData, run_dir: Path, settings: dict):
-    """The run's tokenizers: the prepared data's, copied into the run directory.
+def _copy_prepared_tokenizers(prepared_data: prepared.PreparedData, run_dir: Path, settings):
+    """Copies the prepared data's tokenizer files into the run directory.
 
     A run that has them already (resumed) must have the very files the data was
     prepared with: ids mean nothing under another tokenizer.
@@ -130,7 +142,6 @@ def _prepared_tokenizers(prepared_data: prepared.PreparedData, run_dir: Path, se
             atomic.write_atomically(
                 run_dir / name, lambda partial, source=source: shutil.copyfile(source, partial)
             )
-    return run_dir_lib.make_tokenizers(run_dir, settings)
 
 
 def _prepared_batches(prepared_data, config: TrainConfig, strategy, batch_args: dict):
@@ -173,7 +184,7 @@ def _prepared_batches(prepared_data, config: TrainConfig, strategy, batch_args: 
     return train_batches, distribute.shard_by_data(tf_dataset(val_batches))
 
 
-def tf_dataset(batches: prepared.PreparedBatches) -> tf.data.Dataset:
+def tf_dataset(batches: prepared.PreparedBatches):
     """`batches` as a tf.data dataset of known cardinality: a new epoch at every pass."""
     epochs = itertools.count()
 
@@ -286,6 +297,8 @@ def train(
         prepared_data = prepared.PreparedData(config.data)
         prepared_data.check_tokenizer(config.tokenizer_kwargs())
         train_pairs = val_pairs = None
+    elif tf is None:
+        raise ImportError(TEXT_NEEDS_TENSORFLOW)
     else:
         prepared_data = None
         train_pairs, val_pairs = corpora.load_corpus(config)
@@ -303,17 +316,22 @@ def train(
         # is learned. Its tokenizer files must be there and be its own (they are
         # written before config.json), never learned again or taken from another run.
         _check_same_run(run_dir, run_config)
-        run_dir_lib.load_tokenizers(run_dir)
+        if prepared_data is None:
+            run_dir_lib.load_tokenizers(run_dir)
+        else:
+            run_dir_lib.check_tokenizer_files(run_dir)
     else:
         # Tokenizer files without config.json are a start's that stopped before it, from
         # whatever corpus and settings it had: learned again, not trusted.
         for filename in set(run_dir_lib.tokenizer_files(settings)):
             (run_dir / filename).unlink(missing_ok=True)
     if prepared_data is not None:
-        source_tokenizer, target_tokenizer = _prepared_tokenizers(prepared_data, run_dir, settings)
+        _copy_prepared_tokenizers(prepared_data, run_dir, settings)
+        vocab_sizes = prepared_data.vocab_sizes
     else:
         source_tokenizer, target_tokenizer = build_tokenizers(config, train_pairs, run_dir)
-    model_kwargs = config.model_kwargs(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
+        vocab_sizes = (source_tokenizer.vocab_size, target_tokenizer.vocab_size)
+    model_kwargs = config.model_kwargs(*vocab_sizes)
     _check_same_run(run_dir, {"model": model_kwargs})  # data and tokenizers checked above
     run_config = {"model": model_kwargs, **run_config, "training": dataclasses.asdict(config)}
     run_config["files"] = run_dir_lib.tokenizer_fingerprints(run_dir, settings)
@@ -368,7 +386,7 @@ def train(
             jit_compile=JIT_COMPILE[config.jit_compile],
         )
         # The backup (RunBackup) needs a built model to restore into.
-        ones = tf.ones((1, 4), tf.int64)
+        ones = keras.ops.ones((1, 4), "int32")
         model((ones, ones), training=False)
 
     # What a best checkpoint of an earlier version, which does not record its

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from keras_transformer import beam, decoder_step, decoding
 from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.layers import backend
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
@@ -157,6 +158,12 @@ class Translator(tf.Module):
         # The arguments as given, for `frozen()` (taken before any other local exists).
         settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__(name=name)
+        if not backend.ON_TENSORFLOW:
+            raise ValueError(
+                "Translator decodes in TensorFlow graphs and runs on the TensorFlow backend "
+                f"(KERAS_BACKEND=tensorflow); the Keras backend here is {backend.BACKEND!r}. "
+                "A run trained on another backend translates and exports unchanged there."
+            )
         if beam_width <= 0:
             raise ValueError(f"`beam_width` must be positive. Received: beam_width={beam_width}")
         if sub_batch_size <= 0:

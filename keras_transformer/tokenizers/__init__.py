@@ -22,31 +22,39 @@ from keras_transformer.constants import (
     UNK,
     UNK_ID,
 )
-from keras_transformer.tokenizers.normalization import (
+from keras_transformer.tokenizers.settings import (
     NORMALIZATION_FORMS,
-    check_normalization_form,
-    normalize_text,
-)
-from keras_transformer.tokenizers.sentencepiece import (
     SUBWORD_MODELS,
-    SentencePieceTokenizer,
-    learn_sentencepiece_model,
-    read_sentencepiece_model,
-    write_sentencepiece_model,
-)
-from keras_transformer.tokenizers.wordpiece import (
-    Tokenizer,
-    WordPieceTokenizer,
-    learn_vocabulary,
-    read_vocabulary,
-    write_vocabulary,
+    check_normalization_form,
 )
 
-# config.json's tokenizer "kind" -> the class that reads it.
-TOKENIZER_KINDS = {
-    SentencePieceTokenizer.kind: SentencePieceTokenizer,
-    WordPieceTokenizer.kind: WordPieceTokenizer,
-}
+try:
+    import tensorflow_text
+except ImportError:  # prepared data trains without it; the tokenizers need it
+    tensorflow_text = None
+
+if tensorflow_text is not None:
+    from keras_transformer.tokenizers.normalization import normalize_text
+    from keras_transformer.tokenizers.sentencepiece import (
+        SentencePieceTokenizer,
+        learn_sentencepiece_model,
+        read_sentencepiece_model,
+        write_sentencepiece_model,
+    )
+    from keras_transformer.tokenizers.wordpiece import (
+        Tokenizer,
+        WordPieceTokenizer,
+        learn_vocabulary,
+        read_vocabulary,
+        write_vocabulary,
+    )
+
+    # config.json's tokenizer "kind" -> the class that reads it.
+    TOKENIZER_KINDS = {
+        SentencePieceTokenizer.kind: SentencePieceTokenizer,
+        WordPieceTokenizer.kind: WordPieceTokenizer,
+    }
+
 
 __all__ = [
     "END",
@@ -73,3 +81,13 @@ __all__ = [
     "write_sentencepiece_model",
     "write_vocabulary",
 ]
+
+
+def __getattr__(name: str):
+    if name in __all__ and tensorflow_text is None:
+        raise ImportError(
+            f"keras_transformer.tokenizers.{name} needs TensorFlow and tensorflow-text, "
+            "which are not installed here (pip install tensorflow tensorflow-text); "
+            "training from prepared data needs neither."
+        )
+    raise AttributeError(f"module 'keras_transformer.tokenizers' has no attribute {name!r}")

@@ -10,27 +10,15 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-NORMALIZATION_FORMS = ("NFC", "NFKC", "NFD", "NFKD")
+from keras_transformer.tokenizers.settings import (  # noqa: F401  (their home before)
+    NORMALIZATION_FORMS,
+    check_normalization_form,
+)
 
 # Runs of whitespace: ASCII whitespace, every Unicode space separator (no-break
 # space U+00A0, narrow no-break space U+202F, ...) and SentencePiece's own
 # word-boundary mark U+2581, which its decoder writes back as a space.
 WHITESPACE_RUN = r"[\s\p{Z}\x{2581}]+"
-
-
-def check_normalization_form(normalization_form: str | None) -> str | None:
-    """`normalization_form` in capitals ("nfc" -> "NFC"), or None for None or "".
-
-    Raises ValueError for a form tensorflow-text does not know.
-    """
-    if not normalization_form:
-        return None
-    if str(normalization_form).upper() not in NORMALIZATION_FORMS:
-        raise ValueError(
-            f"`normalization_form` must be one of {NORMALIZATION_FORMS} or None. "
-            f"Received: normalization_form={normalization_form!r}"
-        )
-    return str(normalization_form).upper()
 
 
 def normalize_text(strings, lower_case=True, normalization_form="NFC", collapse_whitespace=False):

@@ -47,11 +47,13 @@ from keras_transformer.constants import (
     UNK,
     UNK_ID,
 )
-from keras_transformer.tokenizers.normalization import check_normalization_form, normalize_text
+from keras_transformer.tokenizers.normalization import normalize_text
+from keras_transformer.tokenizers.settings import (  # noqa: F401  (their home before)
+    BYTE_PIECES,
+    SUBWORD_MODELS,
+    check_normalization_form,
+)
 
-SUBWORD_MODELS = ("unigram", "bpe")
-# Byte fallback adds one piece per byte value, after the reserved ones.
-BYTE_PIECES = 256
 # Share of the training characters that get a piece of their own; the rarest
 # rest is spelled in bytes (byte fallback), so it still round-trips. 0.9995 is
 # SentencePiece's advice for languages with many characters.
