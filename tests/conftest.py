@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import corpora, run_dir
+from keras_transformer import corpora, prepare, run_dir
 from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
-from tests.helpers import tiny_transformer, tiny_transformer_kwargs
+from tests.helpers import TOKENIZER, tiny_transformer, tiny_transformer_kwargs, write_corpus
 
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 DIGITS = [str(d) for d in range(10)]
@@ -111,3 +111,32 @@ def demo_tokenizers(demo_pairs):
     source = learn_vocabulary(corpora.texts(demo_pairs, 0), vocab_size=300, lower_thresh=1)
     target = learn_vocabulary(corpora.texts(demo_pairs, 1), vocab_size=300, lower_thresh=1)
     return Tokenizer(source), Tokenizer(target)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Line-aligned files of 700 + 60 built-in pairs, the training files with a bad line."""
+    directory = tmp_path_factory.mktemp("corpus")
+    pairs = corpora.demo_corpus(760, seed=3)
+    train_pairs, val_pairs = pairs[:700], pairs[700:]
+    src, tgt = write_corpus(directory, train_pairs)
+    # Line 5 loses its target: a counted skip, the alignment kept.
+    lines = tgt.read_text(encoding="utf-8").split("\n")
+    lines[4] = ""
+    tgt.write_text("\n".join(lines), encoding="utf-8")
+    val_src, val_tgt = write_corpus(directory, val_pairs, "val")
+    settings = {
+        **TOKENIZER,
+        "src": str(src),
+        "tgt": str(tgt),
+        "val_src": str(val_src),
+        "val_tgt": str(val_tgt),
+    }
+    kept = train_pairs[:4] + train_pairs[5:]
+    return settings, kept, val_pairs
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(corpus, tmp_path_factory):
+    settings, _, _ = corpus
+    return prepare.prepare(settings, tmp_path_factory.mktemp("p") / "data", shard_pairs=250)

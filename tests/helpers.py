@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -504,3 +505,17 @@ def wait_for_workers(processes, timeout):
                 p.kill()
             pytest.fail(f"a worker did not finish in {timeout} s")
         assert process.returncode == 0, output[-3000:]
+
+
+# -- prepared data (tests/test_prepared.py, tests/test_backends.py) ---------------------
+
+# A joint SentencePiece vocabulary small enough for a few hundred pairs.
+TOKENIZER = {"tokenizer": "sentencepiece", "shared_vocab": True, "vocab_size": 300}
+TINY_MODEL = {"num_layers": 1, "d_model": 32, "num_heads": 2, "dff": 64}
+
+
+def write_corpus(directory: Path, pairs, name: str = "train") -> tuple[Path, Path]:
+    src, tgt = directory / f"{name}.en", directory / f"{name}.pt"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    return src, tgt

@@ -52,6 +52,19 @@ TEXTS = [
 ] + ["two six"] * 506  # 512 rows in all
 
 
+def serve_in_fresh_process(path, texts) -> dict:
+    """`FRESH_PROCESS`'s answers for `texts` (sent as latin-1 bytes) from the export at `path`."""
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(path)],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
 @pytest.fixture(scope="module")
 def exported(tiny_translation_model, tmp_path_factory):
     tiny = tiny_translation_model
@@ -159,15 +172,7 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
 def test_fresh_process_without_the_library_gives_the_same_translations(kind, request):
     fixture = {"wordpiece": "exported", "sentencepiece": "exported_sentencepiece"}
     translator, _, path = request.getfixturevalue(fixture.get(kind, "exported_xla"))
-    run = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(path)],
-        input=json.dumps(TEXTS),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    served = json.loads(run.stdout)
+    served = serve_in_fresh_process(path, TEXTS)
     raw = [t.encode("latin-1") for t in TEXTS]
     expected = {
         "serving_default": translator(raw),

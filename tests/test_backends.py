@@ -1,0 +1,232 @@
+"""Every Keras backend: the same weights give the same logits, and `.keras` files cross over.
+
+Keras fixes its backend at import, so each backend runs `tests/backend_probe.py`
+in a process of its own. TensorFlow and JAX run everywhere the tests do (JAX is
+in the dev extra); PyTorch's wheel is large, and its runs are skipped where it
+is not installed, saying so.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "tests" / "backend_probe.py"
+ATOL = 1e-5  # float32
+
+
+def _available(module):
+    return importlib.util.find_spec(module) is not None
+
+
+BACKENDS = [
+    pytest.param(
+        backend,
+        marks=pytest.mark.skipif(
+            not _available(backend),
+            reason=f"{backend} is not installed here (pip install .[{backend}])",
+        ),
+    )
+    for backend in ("tensorflow", "jax", "torch")
+]
+
+
+def run_probe(backend, mode, directory):
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, str(PROBE), mode, str(directory)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(np.load(Path(directory) / f"outputs_{backend}.npz"))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """backend -> (directory of the models it made and saved, its outputs), made on demand."""
+    cache = {}
+
+    def make(backend):
+        if backend not in cache:
+            directory = tmp_path_factory.mktemp(f"made_on_{backend}")
+            cache[backend] = directory, run_probe(backend, "make", directory)
+        return cache[backend]
+
+    return make
+
+
+def model_names(outputs):
+    return sorted(key.split("/")[0] for key in outputs if key.endswith("/logits"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padding_invariance_causality_and_keras_masks_on_each_backend(backend, made):
+    _, outputs = made(backend)
+    for name in model_names(outputs):
+        logits = outputs[f"{name}/logits"]
+        assert np.isfinite(logits).all()
+        # More padding after either input leaves the real positions' logits alone.
+        more = outputs[f"{name}/logits_more_padding"][:, : logits.shape[1]]
+        np.testing.assert_allclose(more, logits, atol=ATOL, err_msg=name)
+        # Changing the target at position 2 leaves positions 0 and 1 alone, and moves 2.
+        changed = outputs[f"{name}/logits_later_token_changed"]
+        np.testing.assert_allclose(changed[:, :2], logits[:, :2], atol=ATOL, err_msg=name)
+        assert np.abs(changed[0, 2] - logits[0, 2]).max() > 1e-3
+        # Called the tutorial's way (Keras masks), the layers mask as with explicit masks.
+        for part in ("block", "decoder"):
+            keras_mask = outputs[f"{name}/{part}_keras_mask"]
+            explicit = outputs[f"{name}/{part}_explicit_mask"]
+            np.testing.assert_allclose(keras_mask, explicit, atol=ATOL, err_msg=f"{name} {part}")
+    # The tutorial's attention layer (keras_transformer.tutorial), its Keras mask as explicit.
+    np.testing.assert_allclose(
+        outputs["tutorial/attention_keras_mask"],
+        outputs["tutorial/attention_explicit_mask"],
+        atol=ATOL,
+    )
+    # The probe's source rows are padded: an unmasked run would differ.
+    assert outputs["loss"] > 0 and 0 <= outputs["accuracy"] <= 1
+
+
+def assert_same_outputs(made, loaded, what):
+    """The loaded models' outputs equal the made ones' (the made add this backend's own)."""
+    assert set(loaded) <= set(made) and any("/logits" in key for key in loaded)
+    for key in loaded:
+        np.testing.assert_allclose(made[key], loaded[key], atol=ATOL, err_msg=f"{key} ({what})")
+
+
+@pytest.mark.parametrize(
+    "maker,loader",
+    [
+        ("tensorflow", "jax"),
+        ("jax", "tensorflow"),
+        ("tensorflow", "torch"),
+        ("torch", "tensorflow"),
+    ],
+)
+def test_a_keras_file_saved_on_one_backend_loads_on_another_with_equal_outputs(
+    maker, loader, made, tmp_path
+):
+    for backend in (maker, loader):
+        if not _available(backend):
+            pytest.skip(f"{backend} is not installed here (pip install .[{backend}])")
+    directory, made_outputs = made(maker)
+    work = tmp_path / "models"
+    work.mkdir()
+    for model_file in directory.glob("*.keras"):
+        (work / model_file.name).write_bytes(model_file.read_bytes())
+    loaded_outputs = run_probe(loader, "load", work)
+    assert_same_outputs(made_outputs, loaded_outputs, f"saved on {maker}, loaded on {loader}")
+
+
+# ----------------------------------------------------- train on JAX, serve with TensorFlow
+
+# Runs on the JAX backend in a process where `import tensorflow` fails.
+TRAIN_WITHOUT_TENSORFLOW = r"""
+import json, sys
+sys.modules["tensorflow"] = None  # any import of it fails
+import keras
+import keras_transformer
+
+config, run_dir, other_run_dir = json.loads(sys.argv[1])
+history = keras_transformer.train(config, run_dir, verbose=0)
+print(json.dumps({"backend": keras.backend.backend(), "loss": history.history["loss"]}))
+for attempt in (
+    lambda: keras_transformer.train({**config, "vocab_size": 400}, other_run_dir, verbose=0),
+    lambda: keras_transformer.train({**config, "data": None, "corpus": "demo"}, other_run_dir),
+    lambda: keras_transformer.Translator,
+):
+    try:
+        attempt()
+        print("no error")
+    except (ValueError, ImportError) as error:
+        print(str(error))
+print(sorted(m for m in sys.modules if m.startswith("tensorflow")))
+"""
+
+
+@pytest.mark.skipif(not _available("jax"), reason="jax is not installed here (pip install .[jax])")
+def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
+    prepared_dir, tmp_path
+):
+    import json
+
+    from keras_transformer import corpora, export, run_dir
+    from keras_transformer.translator import Translator
+    from tests.helpers import TINY_MODEL, TOKENIZER
+    from tests.test_export import serve_in_fresh_process
+
+    run = tmp_path / "run"
+    config = {**TOKENIZER, **TINY_MODEL, "data": str(prepared_dir), "batch_size": 32, "epochs": 2}
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}
+    arguments = json.dumps([config, str(run), str(tmp_path / "other")])
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW, arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    trained = json.loads(lines[0])
+    assert trained["backend"] == "jax"
+    assert trained["loss"][1] < trained["loss"][0]
+    # Another vocabulary than the data's is refused in one line naming the data.
+    assert "vocab_size" in lines[1] and str(prepared_dir) in lines[1]
+    assert lines[2].startswith("Training from text needs TensorFlow")
+    assert lines[3].startswith("keras_transformer.Translator needs TensorFlow")
+    assert lines[4] == "['tensorflow']"  # the blocked entry: nothing else was imported
+
+    # Here, on TensorFlow: the run exports unchanged and translates in a process that
+    # imports only tensorflow and tensorflow_text, as the in-memory model does.
+    version = export.export_run(run, tmp_path / "saved_models", "from_jax", max_length=16)
+    texts = [source for source, _ in corpora.demo_corpus(6, seed=11)] + [""]
+    served = serve_in_fresh_process(version, texts)
+    model, source_tokenizer, target_tokenizer, run_config = run_dir.load_run(run)
+    translator = Translator(
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        max_length=16,
+        max_source_length=export.source_limit_of_run(run_config),
+    )
+    expected = translator([text.encode("latin-1") for text in texts])
+    translations = [t.decode("utf-8") for t in expected["translation"].numpy()]
+    assert served["serving_default"]["translation"] == translations
+    assert any(translations)
+
+
+@pytest.mark.skipif(
+    not (_available("jax") and _available("keras_hub")),
+    reason="the GPU benchmark's test runs on JAX with keras-hub (pip install .[jax,benchmarks])",
+)
+def test_the_gpu_benchmark_runs_on_jax_without_tensorflow(prepared_dir, tmp_path):
+    import json
+
+    script = (
+        "import runpy, sys\n"
+        "sys.modules['tensorflow'] = None\n"
+        f"sys.argv = ['gpu.py', '--data', {str(prepared_dir)!r}, '--sizes', 'tiny', "
+        f"'--steps', '3', '--batch-tokens', '1024', '--peak-tflops', '1', "
+        f"'--out', {str(tmp_path / 'gpu.json')!r}]\n"
+        f"runpy.run_path({str(REPO / 'benchmarks' / 'gpu.py')!r}, run_name='__main__')\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ours / KerasHub:" in result.stdout
+    (measured,) = json.loads((tmp_path / "gpu.json").read_text())
+    assert measured["backend"] == "jax" and measured["target_tokens"] > 0
+    for kind in ("ours", "keras_hub"):
+        assert measured[kind]["tokens_per_s"] > 0 and 0 < measured[kind]["mfu"] < 1
+        assert np.isfinite(measured[kind]["last_loss"])
