@@ -131,13 +131,18 @@ def test_a_keras_file_saved_on_one_backend_loads_on_another_with_equal_outputs(
 # Runs on the JAX backend in a process where `import tensorflow` fails.
 TRAIN_WITHOUT_TENSORFLOW = r"""
 import json, sys
+from pathlib import Path
 sys.modules["tensorflow"] = None  # any import of it fails
 import keras
 import keras_transformer
 
-config, run_dir, other_run_dir = json.loads(sys.argv[1])
+config, run_dir, other_run_dir, brought = json.loads(sys.argv[1])
 history = keras_transformer.train(config, run_dir, verbose=0)
 print(json.dumps({"backend": keras.backend.backend(), "loss": history.history["loss"]}))
+# What the GPU quality run brings back: slim checkpoints and the run's small files.
+sys.path.insert(0, "benchmarks")
+import gpu_quality
+gpu_quality.bring_back(Path(run_dir), Path(brought))
 for attempt in (
     lambda: keras_transformer.train({**config, "vocab_size": 400}, other_run_dir, verbose=0),
     lambda: keras_transformer.train({**config, "data": None, "corpus": "demo"}, other_run_dir),
@@ -158,24 +163,33 @@ def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
 ):
     import json
 
-    from keras_transformer import corpora, export, run_dir
+    from keras_transformer import checkpoints, corpora, export, run_dir
     from keras_transformer.translator import Translator
     from tests.helpers import TINY_MODEL, TOKENIZER
     from tests.test_export import serve_in_fresh_process
 
     run = tmp_path / "run"
-    config = {**TOKENIZER, **TINY_MODEL, "data": str(prepared_dir), "batch_size": 32, "epochs": 2}
+    config = {
+        **TOKENIZER,
+        **TINY_MODEL,
+        "data": str(prepared_dir),
+        "batch_size": 32,
+        "epochs": 2,
+        "keep_epoch_checkpoints": 2,
+    }
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}
-    arguments = json.dumps([config, str(run), str(tmp_path / "other")])
+    brought = tmp_path / "brought"
+    arguments = json.dumps([config, str(run), str(tmp_path / "other"), str(brought)])
     result = subprocess.run(
         [sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW, arguments],
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.strip().splitlines()
+    lines = [line for line in result.stdout.strip().splitlines() if "brought back" not in line]
     trained = json.loads(lines[0])
     assert trained["backend"] == "jax"
     assert trained["loss"][1] < trained["loss"][0]
@@ -202,6 +216,20 @@ def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
     translations = [t.decode("utf-8") for t in expected["translation"].numpy()]
     assert served["serving_default"]["translation"] == translations
     assert any(translations)
+
+    # The GPU quality run's way back (benchmarks/gpu_quality.py): restored from its slim
+    # checkpoints, the run loads with the weights and records it trained.
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_quality
+
+    restored = tmp_path / "restored"
+    gpu_quality.main(["restore", "--brought", str(brought), "--run-dir", str(restored)])
+    again, *_ = run_dir.load_run(restored)
+    for mine, theirs in zip(model.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    for name in ("best.keras", "epoch_0001.keras"):
+        records = [checkpoints.read_record(d / "checkpoints" / name) for d in (run, restored)]
+        assert records[0] == records[1] and records[0]["epoch"] >= 1
 
 
 @pytest.mark.skipif(
