@@ -74,7 +74,7 @@ class TargetTokens(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        self.total.assign_add(ops.cast(ops.count_nonzero(y_true), "float32"))
+        self.total.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32")))
 
     def result(self):
         # A copy: the logs must not follow the variable once it is reset.

@@ -36,8 +36,13 @@ BACKENDS = [
 ]
 
 
+def python_path():
+    """The repository first, then the PYTHONPATH given (where a backend may be installed)."""
+    return os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 def run_probe(backend, mode, directory):
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": python_path()}
     result = subprocess.run(
         [sys.executable, str(PROBE), mode, str(directory)],
         env=env,
@@ -126,9 +131,9 @@ def test_a_keras_file_saved_on_one_backend_loads_on_another_with_equal_outputs(
     assert_same_outputs(made_outputs, loaded_outputs, f"saved on {maker}, loaded on {loader}")
 
 
-# ----------------------------------------------------- train on JAX, serve with TensorFlow
+# ----------------------------------------- train on JAX or PyTorch, serve with TensorFlow
 
-# Runs on the JAX backend in a process where `import tensorflow` fails.
+# Runs on the JAX or PyTorch backend in a process where `import tensorflow` fails.
 TRAIN_WITHOUT_TENSORFLOW = r"""
 import json, sys
 from pathlib import Path
@@ -157,9 +162,9 @@ print(sorted(m for m in sys.modules if m.startswith("tensorflow")))
 """
 
 
-@pytest.mark.skipif(not _available("jax"), reason="jax is not installed here (pip install .[jax])")
-def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
-    prepared_dir, tmp_path
+@pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] != "tensorflow"])
+def test_trained_without_tensorflow_exported_and_served_by_tensorflow(
+    backend, prepared_dir, tmp_path
 ):
     import json
 
@@ -177,7 +182,7 @@ def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
         "epochs": 2,
         "keep_epoch_checkpoints": 2,
     }
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": python_path()}
     brought = tmp_path / "brought"
     arguments = json.dumps([config, str(run), str(tmp_path / "other"), str(brought)])
     result = subprocess.run(
@@ -191,7 +196,7 @@ def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.strip().splitlines() if "brought back" not in line]
     trained = json.loads(lines[0])
-    assert trained["backend"] == "jax"
+    assert trained["backend"] == backend
     assert trained["loss"][1] < trained["loss"][0]
     # Another vocabulary than the data's is refused in one line naming the data.
     assert "vocab_size" in lines[1] and str(prepared_dir) in lines[1]
@@ -201,7 +206,7 @@ def test_trained_on_jax_without_tensorflow_exported_and_served_by_tensorflow(
 
     # Here, on TensorFlow: the run exports unchanged and translates in a process that
     # imports only tensorflow and tensorflow_text, as the in-memory model does.
-    version = export.export_run(run, tmp_path / "saved_models", "from_jax", max_length=16)
+    version = export.export_run(run, tmp_path / "saved_models", f"from_{backend}", max_length=16)
     texts = [source for source, _ in corpora.demo_corpus(6, seed=11)] + [""]
     served = serve_in_fresh_process(version, texts)
     model, source_tokenizer, target_tokenizer, run_config = run_dir.load_run(run)
@@ -247,7 +252,7 @@ def test_the_gpu_benchmark_runs_on_jax_without_tensorflow(prepared_dir, tmp_path
         f"'--out', {str(tmp_path / 'gpu.json')!r}]\n"
         f"runpy.run_path({str(REPO / 'benchmarks' / 'gpu.py')!r}, run_name='__main__')\n"
     )
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": python_path()}
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )
