@@ -10,6 +10,7 @@ kernels once, as it loads.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
@@ -61,8 +62,8 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
-    if "tensorflow" in sys.modules:
-        return
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return  # loaded already, or not installed (training from prepared data)
     # Some lines are written while TensorFlow loads, before it reads TF_CPP_MIN_LOG_LEVEL
     # (absl writes every message until it is initialized).
     with _stderr_withheld():

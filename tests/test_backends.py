@@ -263,3 +263,52 @@ def test_the_gpu_benchmark_runs_on_jax_without_tensorflow(prepared_dir, tmp_path
     for kind in ("ours", "keras_hub"):
         assert measured[kind]["tokens_per_s"] > 0 and 0 < measured[kind]["mfu"] < 1
         assert np.isfinite(measured[kind]["last_loss"])
+
+
+# Runs the console script's entry point on JAX in a process where `import tensorflow` fails.
+COMMAND_LINE_WITHOUT_TENSORFLOW = r"""
+import json, sys
+sys.modules["tensorflow"] = None
+import keras_transformer_launcher
+
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["keras-transformer", *argv]
+    try:
+        status = keras_transformer_launcher.main()
+    except SystemExit as exit:
+        status = exit.code
+    print("exit", status, flush=True)
+"""
+
+
+@pytest.mark.skipif(not _available("jax"), reason="jax is not installed here (pip install .[jax])")
+def test_the_train_command_runs_without_tensorflow_and_the_others_say_they_need_it(
+    prepared_dir, tmp_path
+):
+    import json
+
+    from keras_transformer import run_dir
+
+    run = tmp_path / "run"
+    tiny = "--tokenizer sentencepiece --shared-vocab true --vocab-size 300 --num-layers 1 "
+    tiny += "--d-model 32 --num-heads 2 --dff 64 --batch-size 32 --epochs 1"
+    commands = [
+        ["train", "--data", str(prepared_dir), "--run-dir", str(run), *tiny.split()],
+        ["translate", "--model", str(tmp_path), "one two"],
+        ["prepare", "--output", str(tmp_path / "data")],
+    ]
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": python_path()}
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND_LINE_WITHOUT_TENSORFLOW, json.dumps(commands)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    exits = [line for line in result.stdout.splitlines() if line.startswith("exit")]
+    assert exits == ["exit 0", "exit 2", "exit 2"], result.stdout[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 2 and all("needs TensorFlow" in line for line in errors), errors
+    assert "Traceback" not in result.stderr
+    assert run_dir.read_history(run)  # the run finished its epoch, here on TensorFlow's side

@@ -2,8 +2,10 @@
 
 A thin command line.
 
-Each subcommand (one module per group: `train`, `translate`, `plot`) only
-parses flags, calls library functions and prints. A user error (a file that
+Each subcommand (one module per group: `train`, `prepare`, `demo`, `translate`,
+`plot`) only parses flags, calls library functions and prints. `train` alone
+runs where TensorFlow is not installed (from prepared data, on JAX or PyTorch);
+there the others say in one line that they need it. A user error (a file that
 is missing or unreadable, an invalid setting, a bad number) ends the command
 with one line, `keras-transformer: error: ...`, and exit status 2; any other
 exception is a bug and shows its traceback. The console script enters through
@@ -17,8 +19,7 @@ import argparse
 import sys
 import traceback
 
-from keras_transformer.cli import plot, translate
-from keras_transformer.cli import train as train_commands
+from keras_transformer.cli import train
 from keras_transformer.cli.common import (
     PROG,
     USER_ERRORS,
@@ -27,6 +28,23 @@ from keras_transformer.cli.common import (
     UserError,
 )
 from keras_transformer.cli.settings import config_from_args, setting_help
+
+try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
+    from keras_transformer.cli import demo, plot, prepare, translate
+except ImportError as missing:
+    if missing.name not in ("tensorflow", "tensorflow_text"):
+        raise
+    demo = plot = prepare = translate = None
+
+# The commands that need TensorFlow, and what each does (the help of its stand-in).
+TENSORFLOW_COMMANDS = {
+    "prepare": "tokenize a corpus once into prepared data",
+    "demo": "train on the built-in corpus and translate with the export",
+    "translate": "translate sentences with an exported SavedModel",
+    "export": "export a training run as a SavedModel",
+    "evaluate": "score an export on a test set",
+    "plot": "plot a run's curves or attention",
+}
 
 __all__ = ["UserError", "build_parser", "config_from_args", "main", "setting_help"]
 
@@ -39,14 +57,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True)
     # Each subcommand registers itself here: add_<name>_parser(subparsers).
-    train_commands.add_train_parser(subparsers)
-    train_commands.add_prepare_parser(subparsers)
-    train_commands.add_demo_parser(subparsers)
+    train.add_train_parser(subparsers)
+    if translate is None:
+        for name, help_text in TENSORFLOW_COMMANDS.items():
+            _add_stand_in(subparsers, name, help_text)
+        return parser
+    prepare.add_prepare_parser(subparsers)
+    demo.add_demo_parser(subparsers)
     translate.add_translate_parser(subparsers)
     translate.add_export_parser(subparsers)
     translate.add_evaluate_parser(subparsers)
     plot.add_plot_parser(subparsers)
     return parser
+
+
+def _add_stand_in(subparsers, name: str, help_text: str) -> None:
+    """A command that needs TensorFlow, where it is not installed: listed, refused by `main`."""
+    subparsers.add_parser(name, help=f"{help_text} (needs TensorFlow)")
+
+
+def _needs_tensorflow(name: str) -> str:
+    return (
+        f"`{PROG} {name}` needs TensorFlow and tensorflow-text, which are not installed "
+        f"here; without them `{PROG} train --data DIR` trains from prepared data."
+    )
 
 
 def _one_line(error: BaseException) -> str:
@@ -61,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = VERBOSE_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
     parser = build_parser()
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if translate is None and command in TENSORFLOW_COMMANDS:
+        parser.exit(2, f"{parser.prog}: error: {_needs_tensorflow(command)}\n")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
