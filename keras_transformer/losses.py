@@ -12,9 +12,9 @@ def token_losses(label, pred, label_smoothing=0.0):
     pred = ops.cast(pred, "float32")
     label = ops.cast(label, "int32")
     if label_smoothing:
-        depth = pred.shape[-1]
+        depth = ops.shape(pred)[-1]  # a tensor where a graph does not know it
         onehot = ops.one_hot(label, depth, dtype="float32")
-        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / depth
+        smoothed = onehot * (1.0 - label_smoothing) + label_smoothing / ops.cast(depth, "float32")
         loss = ops.categorical_crossentropy(smoothed, pred, from_logits=True)
     else:
         loss = ops.sparse_categorical_crossentropy(label, pred, from_logits=True)

@@ -31,7 +31,9 @@ from keras_transformer.schedules import (
 
 try:  # text is tokenized in TensorFlow graphs; prepared data trains without TensorFlow
     import tensorflow as tf
-
+except ImportError:
+    tf = None
+try:
     from keras_transformer import corpora, data
     from keras_transformer.tokenizers import (
         learn_sentencepiece_model,
@@ -39,8 +41,10 @@ try:  # text is tokenized in TensorFlow graphs; prepared data trains without Ten
         write_sentencepiece_model,
         write_vocabulary,
     )
-except ImportError:
-    tf = None
+except ImportError as missing:
+    if missing.name not in ("tensorflow", "tensorflow_text"):
+        raise
+    corpora = None  # training from text is refused, saying why (TEXT_NEEDS_TENSORFLOW)
 
 TEXT_NEEDS_TENSORFLOW = (
     "Training from text needs TensorFlow and tensorflow-text (the tokenizers run in "
@@ -297,8 +301,8 @@ def train(
         prepared_data = prepared.PreparedData(config.data)
         prepared_data.check_tokenizer(config.tokenizer_kwargs())
         train_pairs = val_pairs = None
-    elif tf is None:
-        raise ImportError(TEXT_NEEDS_TENSORFLOW)
+    elif corpora is None:
+        raise ImportError(TEXT_NEEDS_TENSORFLOW, name="tensorflow_text")
     else:
         prepared_data = None
         train_pairs, val_pairs = corpora.load_corpus(config)

@@ -296,6 +296,7 @@ def test_the_train_command_runs_without_tensorflow_and_the_others_say_they_need_
         ["train", "--data", str(prepared_dir), "--run-dir", str(run), *tiny.split()],
         ["translate", "--model", str(tmp_path), "one two"],
         ["prepare", "--output", str(tmp_path / "data")],
+        ["train", "--run-dir", str(tmp_path / "from_text"), *tiny.split()],  # text, not --data
     ]
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": python_path()}
     result = subprocess.run(
@@ -307,8 +308,38 @@ def test_the_train_command_runs_without_tensorflow_and_the_others_say_they_need_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     exits = [line for line in result.stdout.splitlines() if line.startswith("exit")]
-    assert exits == ["exit 0", "exit 2", "exit 2"], result.stdout[-3000:]
+    assert exits == ["exit 0", "exit 2", "exit 2", "exit 2"], result.stdout[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 2 and all("needs TensorFlow" in line for line in errors), errors
+    assert len(errors) == 3 and all("needs TensorFlow" in line for line in errors), errors
     assert "Traceback" not in result.stderr
     assert run_dir.read_history(run)  # the run finished its epoch, here on TensorFlow's side
+
+
+# On TensorFlow, where tensorflow-text is missing: prepared data still trains.
+TRAIN_WITHOUT_TENSORFLOW_TEXT = r"""
+import json, sys
+sys.modules["tensorflow_text"] = None  # any import of it fails
+import keras_transformer
+
+config, run_dir = json.loads(sys.argv[1])
+history = keras_transformer.train(config, run_dir, verbose=0)
+print(json.dumps(history.history["loss"]))
+"""
+
+
+def test_prepared_data_trains_on_tensorflow_without_tensorflow_text(prepared_dir, tmp_path):
+    import json
+
+    from tests.helpers import TINY_MODEL, TOKENIZER
+
+    config = {**TOKENIZER, **TINY_MODEL, "data": str(prepared_dir), "epochs": 1}
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "PYTHONPATH": python_path()}
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW_TEXT, json.dumps([config, str(tmp_path)])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(json.loads(result.stdout.strip().splitlines()[-1])) == 1

@@ -52,3 +52,15 @@ def test_loss_is_float32_for_half_precision_logits():
     loss = masked_loss(labels, tf.constant(logits, tf.float16), 0.1)
     assert loss.dtype == tf.float32
     assert float(loss) == pytest.approx(float(masked_loss(labels, logits, 0.1)), rel=1e-2)
+
+
+def test_label_smoothing_in_a_graph_that_does_not_know_the_vocabulary_size():
+    labels = np.array([[4, 2, 0]], np.int32)
+    logits = np.random.default_rng(1).normal(size=(1, 3, 7)).astype(np.float32)
+    spec = tf.TensorSpec([None, None, None], tf.float32)
+
+    @tf.function(input_signature=[spec])
+    def smoothed(pred):
+        return masked_loss(labels, pred, label_smoothing=0.1)
+
+    np.testing.assert_allclose(smoothed(logits), masked_loss(labels, logits, 0.1), rtol=1e-6)

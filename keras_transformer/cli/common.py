@@ -17,9 +17,11 @@ class UserError(Exception):
     """A mistake in the command line, reported in one line without a traceback."""
 
 
-# What a user's mistake raises: the library raises ValueError for invalid settings
-# and OSError (FileNotFoundError, PermissionError, ...) for files it cannot use.
-USER_ERRORS = (UserError, ValueError, OSError)
+# What a user's mistake raises: the library raises ValueError for invalid settings,
+# OSError (FileNotFoundError, PermissionError, ...) for files it cannot use, and
+# ImportError, naming the package, for work this machine lacks a package for (text
+# training where TensorFlow is not installed).
+USER_ERRORS = (UserError, ValueError, OSError, ImportError)
 
 
 def _bool(text: str) -> bool:

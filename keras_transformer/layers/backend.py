@@ -63,9 +63,11 @@ def checked(condition, message):
     """Runs the block if `condition` holds; fails first, naming `message`, where it does not.
 
     Known conditions (Python booleans) fail at once. On TensorFlow a condition
-    on tensors fails in the graph before the block's ops run. Traced by JAX or
-    PyTorch a condition on values is unknown; those traces have static shapes,
-    which callers check before (as Python numbers they are known).
+    on tensors fails in the graph before the block's ops run. A condition on a
+    value JAX traces (a start position or cache index passed into `jax.jit`) is
+    unknown until run, and is not checked there: positions past the end clamp
+    as JAX's slices do. Shapes are static under JAX and PyTorch, so conditions
+    on shapes alone are always checked.
     """
     if isinstance(condition, (bool, np.bool_)):
         if not condition:

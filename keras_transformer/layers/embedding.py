@@ -58,7 +58,8 @@ class PositionalEmbedding(keras.layers.Layer):
     Call arguments:
         token_ids: int tensor `(batch, length)`.
         start_position: int scalar. Position of the first token, for
-            incremental decoding. Defaults to 0.
+            incremental decoding; past `max_length` it raises (a value traced by
+            `jax.jit` is not checked, see `backend.checked`). Defaults to 0.
 
     Returns:
         tensor `(batch, length, d_model)` in the compute dtype.

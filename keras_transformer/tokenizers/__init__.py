@@ -88,6 +88,7 @@ def __getattr__(name: str):
         raise ImportError(
             f"keras_transformer.tokenizers.{name} needs TensorFlow and tensorflow-text, "
             "which are not installed here (pip install tensorflow tensorflow-text); "
-            "training from prepared data needs neither."
+            "training from prepared data needs neither.",
+            name="tensorflow_text",
         )
     raise AttributeError(f"module 'keras_transformer.tokenizers' has no attribute {name!r}")
