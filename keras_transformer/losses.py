@@ -40,6 +40,10 @@ def masked_loss(label, pred, label_smoothing=0.0):
     return global_token_mean(ops.sum(loss), ops.sum(mask))
 
 
+# Padded labels get no weight: the training step may drop them (`Transformer.train_step`).
+masked_loss.ignores_padding = True
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLoss(keras.losses.Loss):
     """`masked_loss` as a configurable Keras loss (serializable with the model).
@@ -54,6 +58,9 @@ class MaskedLoss(keras.losses.Loss):
     >>> model.compile(optimizer="adam", loss=MaskedLoss(label_smoothing=0.1))
     """
 
+    # Padded labels get no weight: the training step may drop them (`Transformer.train_step`).
+    ignores_padding = True
+
     def __init__(self, label_smoothing=0.0, name="masked_loss", **kwargs):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = label_smoothing
@@ -63,8 +70,3 @@ class MaskedLoss(keras.losses.Loss):
 
     def get_config(self):
         return {"label_smoothing": self.label_smoothing, "name": self.name}
-
-
-def ignores_padding(loss) -> bool:
-    """Whether `loss` is this library's masked loss, which gives padded labels no weight."""
-    return isinstance(loss, MaskedLoss) or loss is masked_loss

@@ -1,15 +1,21 @@
 """The encoder-decoder Transformer as a Keras model."""
 
+from __future__ import annotations
+
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
-from keras_transformer import losses
 from keras_transformer.constants import PAD_ID
 from keras_transformer.layers import Decoder, Encoder, backend, masks, packing, validation
+from keras_transformer.layers.decoder import DecoderState, DecoderStepWeights, FixedDecoderState
 from keras_transformer.layers.options import BlockOptionsMixin, pop_block_options
 
 if backend.ON_TENSORFLOW:  # the packed training step and decoding for serving
     import tensorflow as tf
+
+    from keras_transformer.layers.step_ops import Projection
 
 # The model's own options beyond the block options (`layers.options.BLOCK_OPTIONS`),
 # with their defaults.
@@ -141,7 +147,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
         self.decoder = Decoder(vocab_size=target_vocab_size, name="decoder", **stack)
         if share_embeddings:
             # One layer object, tracked once: its weights are shared.
-            self.decoder.embedding = self.encoder.embedding
+            self.decoder.share_embedding(self.encoder)
         self.final_layer = (
             None
             if tie_embeddings
@@ -164,7 +170,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
     def project(self, features):
         """Decoder features `(..., d_model)` -> float32 logits `(..., target_vocab_size)`."""
         if self.final_layer is None:
-            table = self.decoder.embedding.embedding.embeddings
+            table = self.decoder.token_embeddings
             logits = ops.matmul(features, ops.transpose(ops.cast(table, features.dtype)))
         else:
             logits = self.final_layer(features)
@@ -196,8 +202,50 @@ class Transformer(BlockOptionsMixin, keras.Model):
             return self.project(features), attention_scores
         return self.project(decoded)
 
-    # -- decoding: the step interface of the searches (decoding.py, beam.py) --
+    # -- decoding: the step interface of the searches (inference/) --
     # Decoding for serving runs in TensorFlow graphs, on the TensorFlow backend.
+    # The decoder's layers own the one-token step (`layers/step_ops.py`); the
+    # model adds the encoder, the output projection and the beam's bookkeeping.
+
+    def fused_step_weights(self) -> FusedStepWeights:
+        """The step's weights that are computed from the model's rather than read as
+        they are: each decoder block's fused projections (`Decoder.fused_step_weights`)
+        and, with the output projection tied to the embeddings, the table transposed.
+
+        `decoding_start` computes them once per search; a translator built with
+        `freeze_weights=True` (what an export saves) keeps them as variables, so
+        that a call does not: the table's transpose alone is a few milliseconds of
+        a one-sentence call.
+        """
+        backend.require_tensorflow("Decoding")
+        projection = ()
+        if self.final_layer is None:
+            # Transposed here, once. The step's matmul by the table itself
+            # (`transpose_b`) was 2.5x slower at 32 rows on TensorFlow's Eigen
+            # kernels (the default on AVX2 CPUs), and it is a step's largest op.
+            table = tf.cast(tf.convert_to_tensor(self.decoder.token_embeddings), self.compute_dtype)
+            projection = tf.transpose(table)
+        return FusedStepWeights(self.decoder.fused_step_weights(), projection)
+
+    def step_weights(self, fused=None) -> StepWeights:
+        """Every weight a decoding step reads, as tensors: read once per search (for a
+        translator: once per sub-batch), outside the step loop.
+
+        Args:
+            fused: `fused_step_weights()` computed before (tensors or
+                variables), or None to compute them here.
+        """
+        if fused is None:
+            fused = self.fused_step_weights()
+        if self.final_layer is None:
+            projection = tf.convert_to_tensor(fused.projection)
+        else:
+            dtype = self.compute_dtype
+            projection = Projection(
+                tf.cast(tf.convert_to_tensor(self.final_layer.kernel), dtype),
+                tf.cast(tf.convert_to_tensor(self.final_layer.bias), dtype),
+            )
+        return StepWeights(self.decoder.step_weights(fused.decoder), projection)
 
     def decoding_start(
         self,
@@ -223,32 +271,26 @@ class Transformer(BlockOptionsMixin, keras.Model):
             fixed_shapes: True allocates the self-attention caches for `steps`
                 positions up front, so that no state changes shape from step
                 to step (XLA's loops need that); same results.
-            fused_weights: the decoder's fused weights computed before
-                (`decoder_step.fused_weights`: tensors or variables), or None
-                to compute them here from the model's variables.
+            fused_weights: `fused_step_weights()` computed before (tensors or
+                variables), or None to compute them here.
 
         Returns:
-            A nest of tensors for `decoding_step`, `reorder_decoding_state` and
-            `keep_decoding_rows`:
-            the per-hypothesis ones (leading axis the hypothesis; the
-            self-attention caches grow by a position a step) and, cached, the
-            decoder's weights read once (`decoder_step.prepare`).
+            A `CachedDecodingState` (the step's weights read once, and the
+            decoder's per-hypothesis state) or an `UncachedDecodingState`, for
+            `decoding_step`, `reorder_decoding_state` and `keep_decoding_rows`.
         """
+        backend.require_tensorflow("Decoding")
         if not use_cache:
-            return {"context_ids": _repeat_rows(context_ids, beam_width)}
+            return UncachedDecodingState(_repeat_rows(context_ids, beam_width))
         # The source is encoded once; cross-attention keys/values are projected
-        # once per source, the decoder's weights read once per search and fused
-        # here too unless `fused_weights` were computed before (`decoder_step.py`).
-        from keras_transformer import decoder_step
-
+        # once per source, the decoder's weights read once per search.
         context, context_mask = self.encode(context_ids, training=False)
-        state = decoder_step.start(
-            self,
+        state = self.decoder.step_start(
             _repeat_rows(context, beam_width),
             _repeat_rows(context_mask, beam_width),
             slots=steps if fixed_shapes else None,
         )
-        return {"weights": decoder_step.prepare(self, fused_weights), **state}
+        return CachedDecodingState(self.step_weights(fused_weights), state)
 
     def decoding_step(self, tokens, index, state, matmul_attention=False):
         """Logits for the token after position `index`, and the next state.
@@ -260,38 +302,46 @@ class Transformer(BlockOptionsMixin, keras.Model):
                 model's `max_length` (the searches stop there, `decode_length`).
             state: from `decoding_start` or the previous step.
             matmul_attention: cached, attention as batched matmuls rather than
-                broadcast products (`decoder_step._attend`): faster for many
-                rows, slower for few; the same results.
+                broadcast products (`step_ops.attend`): faster for many rows,
+                slower for few; the same results.
 
         Returns:
             `(logits, state)`: float32 logits `(hypotheses, target_vocab_size)`.
         """
-        if "context_ids" in state:
-            logits = self((state["context_ids"], tokens[:, : index + 1]), training=False)
+        if isinstance(state, UncachedDecodingState):
+            logits = self((state.context_ids, tokens[:, : index + 1]), training=False)
             return logits[:, -1, :], state
-        from keras_transformer import decoder_step
-
-        return decoder_step.step(
-            self, state["weights"], tokens[:, index], index, state, matmul_attention
+        weights = state.weights
+        features, decoder_state = self.decoder.step(
+            tokens[:, index], index, weights.decoder, state.decoder, matmul_attention
         )
+        if isinstance(weights.projection, Projection):
+            logits = tf.nn.bias_add(
+                tf.matmul(features, weights.projection.kernel), weights.projection.bias
+            )
+        else:  # tied: the table transposed
+            logits = tf.matmul(features, weights.projection)
+        return tf.cast(logits, tf.float32), state._replace(decoder=decoder_state)
 
     def keep_decoding_rows(self, state, rows):
         """`state` for the hypotheses `rows` alone, in that order: every per-hypothesis
         tensor, cross-attention's included (a search dropping rows that ended)."""
-        if "context_ids" in state:
-            return {**state, "context_ids": tf.gather(state["context_ids"], rows)}
-        kept = {
-            key: tf.nest.map_structure(lambda t: tf.gather(t, rows), state[key])
-            for key in ("self", "cross", "cross_bias")
-        }
-        return {**state, **kept}
+        if isinstance(state, UncachedDecodingState):
+            return UncachedDecodingState(tf.gather(state.context_ids, rows))
+        decoder = state.decoder
+        kept = [
+            tf.nest.map_structure(lambda t: tf.gather(t, rows), part)
+            for part in (decoder.caches, decoder.cross_key_values, decoder.cross_bias)
+        ]
+        return state._replace(decoder=decoder._replace(**dict(zip(_PER_ROW, kept))))
 
     def reorder_decoding_state(self, state, rows):
         """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""
-        if "context_ids" in state:
+        if isinstance(state, UncachedDecodingState):
             return state  # the uncached path reads its history from `tokens`
         # Cross-attention keys/values are the same for every hypothesis of a row.
-        return {**state, "self": tf.nest.map_structure(lambda t: tf.gather(t, rows), state["self"])}
+        caches = tf.nest.map_structure(lambda t: tf.gather(t, rows), state.decoder.caches)
+        return state._replace(decoder=state.decoder._replace(caches=caches))
 
     def _call_packed(self, context_ids, target_ids):
         """Training logits `(real_labels, vocab)`, every block on packed real tokens."""
@@ -311,9 +361,11 @@ class Transformer(BlockOptionsMixin, keras.Model):
         A padded position costs as much as a real one in every per-token step
         (the projections, the feed-forward, the vocabulary projection and
         its softmax), while the masked loss gives it zero weight and attention
-        masks it out. So when the loss is this library's masked loss, this
-        step gathers the labels' real positions, and `call` runs the encoder
-        and decoder on packed real tokens (`layers/packing.py`): logits
+        masks it out. So when the loss says it gives padded labels no weight
+        (an `ignores_padding = True` attribute: this library's `MaskedLoss`
+        and `masked_loss` have it, and a loss of your own may), this step
+        gathers the labels' real positions, and `call` runs the encoder and
+        decoder on packed real tokens (`layers/packing.py`): logits
         `(real_labels, vocab)` against labels `(real_labels,)`. Loss,
         gradients and the masked metrics are those of the padded batch.
 
@@ -340,7 +392,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
     def _can_skip_padding(self, y, sample_weight):
         return (
             self.skip_padding
-            and losses.ignores_padding(self.loss)
+            and getattr(self.loss, "ignores_padding", False)
             and not self.jit_compile
             and sample_weight is None
             and isinstance(y, tf.Tensor)
@@ -360,6 +412,36 @@ class Transformer(BlockOptionsMixin, keras.Model):
             **self.block_options,
         )
         return config
+
+
+class FusedStepWeights(NamedTuple):
+    """The step's computed weights (`Transformer.fused_step_weights`): what an export
+    freezes."""
+
+    decoder: tuple  # per block, `DecoderLayerFusedWeights`
+    projection: tf.Tensor | tuple  # tied: the table transposed `(d_model, vocab)`; else ()
+
+
+class StepWeights(NamedTuple):
+    """Every weight a decoding step reads (`Transformer.step_weights`)."""
+
+    decoder: DecoderStepWeights
+    projection: Projection | tf.Tensor  # its own projection, or the table transposed
+
+
+class CachedDecodingState(NamedTuple):
+    weights: StepWeights
+    decoder: DecoderState | FixedDecoderState
+
+
+class UncachedDecodingState(NamedTuple):
+    """The uncached path's state: the sources, re-encoded every step."""
+
+    context_ids: tf.Tensor
+
+
+# The decoder state's per-row fields (`slot_positions` is shared by all rows).
+_PER_ROW = ("caches", "cross_key_values", "cross_bias")
 
 
 def _repeat_rows(x, times):

@@ -24,7 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer import beam, decoder_step, decoding
+from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, START_ID
 from keras_transformer.layers import backend
 
@@ -119,7 +119,7 @@ class Translator(tf.Module):
             it only with `--xla_cpu_compilation_enabled=true` (its XLA JIT is
             experimental). Sampling stays uncompiled. Defaults to False.
         freeze_weights: bool. Compute the decoder's fused weights
-            (`decoder_step.fused_weights`: self-attention's three projections
+            (`Transformer.fused_step_weights`: self-attention's three projections
             as one matrix, the scaled cross-attention query, the tied output
             projection transposed) once, here, and keep them as variables,
             rather than once per search: what `export_translator` saves
@@ -196,7 +196,7 @@ class Translator(tf.Module):
         # uncached path re-runs the Keras layers and never reads them.
         self.fused_weights = (
             tf.nest.map_structure(
-                lambda t: tf.Variable(t, trainable=False), decoder_step.fused_weights(model)
+                lambda t: tf.Variable(t, trainable=False), model.fused_step_weights()
             )
             if freeze_weights and use_cache
             else None

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from keras_transformer import Transformer
 from keras_transformer.constants import PAD_ID
-from keras_transformer.layers import packing
+from keras_transformer.layers import packing, step_ops
 
 
 def assert_close(a, b, atol=1e-5):
@@ -283,7 +283,7 @@ MODES = {
     "chunk_queries": True,
     # Dropout masks from a hash: the same layer outside training.
     "hashed_dropout": False,
-    # Incremental decoding with a key/value cache (`CausalSelfAttention`).
+    # The one-token decoding step with a key/value cache (`CausalSelfAttention.step`).
     "cached": False,
 }
 
@@ -298,8 +298,7 @@ def assert_same_in_mode(
     gradients=False,
     mode_kwargs=None,
     padding_mask=None,
-    cache_steps=None,
-    cache_length=None,
+    cache_slots=None,
     input_signature=None,
     graph=False,
 ):
@@ -317,9 +316,10 @@ def assert_same_in_mode(
             plain output's real rows.
         "chunk_queries", "hashed_dropout": a copy of `layer` from its config
             with that option True, holding `layer`'s weights.
-        "cached": `CausalSelfAttention` run on consecutive slices of its
-            input of `cache_steps` positions each, through a key/value cache
-            of `cache_length` positions, against one call on the whole input.
+        "cached": `CausalSelfAttention.step` run position by position over
+            its input through a key/value cache that grows a position a step,
+            or of `cache_slots` positions written in place, against one call
+            on the whole input.
 
     Args:
         layer: a built or unbuilt layer or model; its plain call is the reference.
@@ -333,7 +333,7 @@ def assert_same_in_mode(
         mode_kwargs: keyword call arguments of the mode's run only (a packed
             context where the plain run has the padded one).
         padding_mask: "packed" only: the first input's padding mask.
-        cache_steps, cache_length: "cached" only.
+        cache_slots: "cached" only.
         input_signature: run both inside `tf.function` with this signature
             (None dimensions: lengths known only at run time).
         graph: run both inside `tf.function` with static shapes.
@@ -353,7 +353,7 @@ def assert_same_in_mode(
     if mode == "packed":
         plain, other = _packed_runs(layer, plain_kwargs, other_kwargs, padding_mask)
     elif mode == "cached":
-        plain, other = _cached_runs(layer, plain_kwargs, other_kwargs, cache_steps, cache_length)
+        plain, other = _cached_runs(layer, plain_kwargs, cache_slots)
     else:
         plain, other = _twin_runs(layer, mode, inputs, plain_kwargs, other_kwargs)
 
@@ -418,21 +418,20 @@ def _token_mask(first, padding_mask):
     return padding_mask
 
 
-def _cached_runs(layer, plain_kwargs, other_kwargs, cache_steps, cache_length):
+def _cached_runs(layer, plain_kwargs, cache_slots):
     def plain(x):
         return layer(x, **plain_kwargs)
 
     def cached(x):
-        cache = layer.empty_cache(x.shape[0], cache_length)
-        outputs, start = [], 0
-        for size in cache_steps:
-            y, cache = layer(
-                x[:, start : start + size], cache=cache, cache_index=start, **other_kwargs
-            )
+        rows, length = x.shape[0], x.shape[1]
+        weights = layer.step_weights(layer.fused_step_weights())
+        cache = layer.empty_step_cache(rows, cache_slots or 0)
+        outputs = []
+        for t in range(length):
+            slots = None if not cache_slots else step_ops.cache_slots(tf.range(cache_slots), t)
+            y, cache = layer.step(tf.convert_to_tensor(x[:, t]), weights, cache, slots)
             outputs.append(y)
-            start += size
-        assert start == x.shape[1], "cache_steps must cover the input"
-        return tf.concat(outputs, axis=1)
+        return tf.stack(outputs, axis=1)
 
     return plain, cached
 

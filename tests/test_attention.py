@@ -107,14 +107,16 @@ def test_causal_attention_weights_are_lower_triangular():
     assert np.all(weights.numpy()[:, :, upper] == 0)
 
 
-def test_cached_causal_attention_equals_full_attention():
-    layer = kt.CausalSelfAttention(d_model=D, num_heads=H, dropout_rate=0.0)
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_causal_attention_step_equals_full_attention(normalize_first):
+    layer = kt.CausalSelfAttention(
+        d_model=D, num_heads=H, dropout_rate=0.0, normalize_first=normalize_first
+    )
     x = features(length=6)
-    # One position a step, through a cache longer than the sequence: the
-    # empty positions must stay masked.
-    assert_same_in_mode(layer, "cached", (x,), cache_steps=[1] * 6, cache_length=10, atol=1e-5)
-    # Several positions at once from a non-zero index, too.
-    assert_same_in_mode(layer, "cached", (x,), cache_steps=[2, 4], cache_length=10, atol=1e-5)
+    # One position a step, through a cache that grows a position a step.
+    assert_same_in_mode(layer, "cached", (x,), atol=1e-5)
+    # Through a cache of more slots than the sequence: the slots after the step stay masked.
+    assert_same_in_mode(layer, "cached", (x,), cache_slots=10, atol=1e-5)
 
 
 def test_cross_attention_with_precomputed_keys_values_is_the_same():

@@ -47,7 +47,7 @@ def test_decoder_battery():
 
 
 @pytest.mark.parametrize("normalize_first", [False, True])
-def test_decoder_decode_step_equals_full_decoding(normalize_first):
+def test_decoder_step_equals_full_decoding(normalize_first):
     decoder = kt.Decoder(
         num_layers=2,
         d_model=D,
@@ -58,12 +58,13 @@ def test_decoder_decode_step_equals_full_decoding(normalize_first):
     )
     ids, context, mask = token_ids(2, 5, VOCAB), features(seed=2), real_mask()
     full = decoder(ids, context, context_mask=mask).numpy()
-    cache = decoder.init_cache(context, max_length=8)
+    weights = decoder.step_weights()
+    state = decoder.step_start(tf.convert_to_tensor(context), tf.convert_to_tensor(mask))
     outputs = []
     for t in range(5):
-        y, cache = decoder.decode_step(ids[:, t : t + 1], cache, t, context_mask=mask)
+        y, state = decoder.step(tf.convert_to_tensor(ids[:, t]), t, weights, state)
         outputs.append(y.numpy())
-    assert_close(np.concatenate(outputs, axis=1), full, atol=1e-5)
+    assert_close(np.stack(outputs, axis=1), full, atol=1e-5)
 
 
 # -- the tutorial's way: no masks passed, `x=`, `last_attn_scores` ------------------------

@@ -1,12 +1,14 @@
-"""The fused serving step (`decoder_step.py`) against the Keras layers it stands for."""
+"""The decoder's one-token step (the layers' `step` methods, `layers/step_ops.py`)
+against the Keras layers' full calls it stands for."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.profile_decode import step_ops
-from keras_transformer import beam, decoder_step, decoding
+from benchmarks import profile_decode
+from keras_transformer import beam, decoding
 from keras_transformer.constants import PAD_ID
+from keras_transformer.layers import step_ops
 from tests.helpers import tiny_transformer
 
 VOCAB = 30
@@ -62,29 +64,26 @@ def test_step_logits_equal_the_full_model(variant, matmul_attention):
         np.testing.assert_allclose(
             logits.numpy()[real], full[real, t], atol=1e-5, err_msg=f"step {t}"
         )
-        key_cache, value_cache = state["self"][0]  # values kept transposed
+        key_cache, value_cache = state.decoder.self_attention[0]  # values kept transposed
         assert key_cache.shape[2] == value_cache.shape[3] == t + 1
 
 
+@pytest.mark.parametrize("fixed", [False, True], ids=["growing", "fixed slots"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_step_equals_the_keras_decode_step(variant):
-    """The same features as the layers' own cached path (`Decoder.decode_step`)."""
+def test_decoder_step_equals_the_full_decoder(variant, fixed):
+    """The decoder layer's own step, position by position, gives the features of the
+    decoder's full call, with caches that grow or of fixed slots."""
     model = model_of(variant)
     context, context_mask = model.encode(tf.constant(SOURCE))
-    cache = model.decoder.init_cache(context, max_length=TARGET.shape[1])
-    state = decoder_step.start(model, context, context_mask)
-    weights = decoder_step.prepare(model)
+    full = model.decoder(TARGET, context, context_mask=context_mask).numpy()
+    weights = model.decoder.step_weights()
+    state = model.decoder.step_start(
+        context, context_mask, slots=TARGET.shape[1] if fixed else None
+    )
     for t in range(TARGET.shape[1]):
-        features, cache = model.decoder.decode_step(
-            TARGET[:, t : t + 1], cache, t, context_mask=context_mask
-        )
-        logits, state = decoder_step.step(model, weights, tf.constant(TARGET[:, t]), t, state)
-        np.testing.assert_allclose(logits.numpy(), model.project(features)[:, 0].numpy(), atol=1e-5)
-        for (ours_k, ours_v), (layer_k, layer_v) in zip(state["self"], cache["self"], strict=True):
-            np.testing.assert_allclose(ours_k.numpy(), layer_k.numpy(), atol=1e-5)
-            np.testing.assert_allclose(
-                ours_v.numpy(), np.swapaxes(layer_v.numpy(), 2, 3), atol=1e-5
-            )
+        features, state = model.decoder.step(tf.constant(TARGET[:, t]), t, weights, state)
+        real = TARGET[:, t] != 0
+        np.testing.assert_allclose(features.numpy()[real], full[real, t], atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -121,10 +120,18 @@ def test_mixed_precision_step_follows_the_model(variant):
     full = model((SOURCE, TARGET), training=False).numpy()
     state = model.decoding_start(tf.constant(SOURCE), steps=TARGET.shape[1])
     # Every product of the step (each layer's and the output projection) in bfloat16.
-    weights = state["weights"]
-    kernels = [v for layer in weights["layers"] for k, v in layer.items() if k.endswith("kernel")]
-    kernels.append(weights["projection_kernel"])
-    assert len(kernels) > len(weights["layers"]) and {k.dtype for k in kernels} == {tf.bfloat16}
+    weights = state.weights
+    kernels = [
+        part.kernel
+        for layer in weights.decoder.layers
+        for sublayer in layer
+        for part in sublayer
+        if isinstance(part, step_ops.Projection)
+    ]
+    projection = weights.projection  # its own, or the tied table transposed
+    kernels.append(getattr(projection, "kernel", projection))
+    assert len(kernels) > len(weights.decoder.layers)
+    assert {k.dtype for k in kernels} == {tf.bfloat16}
     for t in range(TARGET.shape[1]):
         logits, state = model.decoding_step(tf.constant(TARGET), t, state)
         assert logits.dtype == tf.float32
@@ -157,13 +164,13 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
     the line decodes each row as the rows decoded apart do."""
     model = model_of("pre-LN, tied")
     forms = []
-    attend = decoder_step._attend
+    attend = step_ops.attend
 
     def spy(*args, **kwargs):
         forms.append(kwargs.get("matmul", args[5] if len(args) > 5 else False))
         return attend(*args, **kwargs)
 
-    monkeypatch.setattr(decoder_step, "_attend", spy)
+    monkeypatch.setattr(step_ops, "attend", spy)
     threshold = decoding.MATMUL_ATTENTION_ROWS
     rows = np.resize(SOURCE, (threshold + 1, SOURCE.shape[1]))
     rows[:, 1] = np.arange(len(rows)) % (VOCAB - 4) + 4  # rows that differ
@@ -204,7 +211,9 @@ def test_the_step_reads_no_variable_and_moves_no_cache_in_the_loop():
     def greedy(source):
         return decoding.greedy_search(model, source, 8).tokens
 
-    ops = step_ops(greedy.get_concrete_function(tf.TensorSpec([None, None], tf.int64)))
+    ops = profile_decode.step_ops(
+        greedy.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
+    )
     assert ops["ReadVariableOp"] == 0
     assert ops["Transpose"] == 0 and ops["TensorScatterUpdate"] == 0
     # Two self-attention caches (key, value) per layer grow by one position.
@@ -225,7 +234,7 @@ def test_step_ops_finds_the_step_loop_inside_the_sub_batch_loop():
 
         return decoding.in_sub_batches(search, source, sub_batch_size=4, steps=8).tokens
 
-    ops = step_ops(translate.get_concrete_function())
+    ops = profile_decode.step_ops(translate.get_concrete_function())
     assert ops["ReadVariableOp"] == 0
     assert ops["ConcatV2"] == 2 * model.num_layers
     assert ops["MatMul"] == 6 * model.num_layers + 1

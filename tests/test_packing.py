@@ -104,9 +104,6 @@ def test_packed_input_needs_its_mask():
         kt.CrossAttention(d_model=D, num_heads=H)(
             features(), context=packing.pack(features(length=5), SOURCE_MASK)
         )
-    layer = kt.CausalSelfAttention(d_model=D, num_heads=H)
-    with pytest.raises(ValueError, match="not packed"):
-        layer(packed, padding_mask=TARGET_MASK, cache=layer.empty_cache(3, 8), cache_index=0)
 
 
 def test_packing_runs_in_a_graph_with_unknown_shapes():

@@ -113,13 +113,14 @@ def test_no_chunks_under_xla():
 def test_decoding_steps_are_not_split():
     """One query a step: the cached decoding graph holds no chunk branches."""
     layer = kt.CausalSelfAttention(d_model=D, num_heads=H, chunk_queries=True)
-    cache = layer.empty_cache(2, 64)
+    layer(tf.zeros((2, 5, D)))  # builds it
 
-    @tf.function(input_signature=[tf.TensorSpec((None, 1, D)), tf.TensorSpec((), tf.int32)])
-    def step(x, index):
-        return layer(x, cache=cache, cache_index=index)[0]
+    @tf.function(input_signature=[tf.TensorSpec((None, D))])
+    def step(x):
+        weights = layer.step_weights(layer.fused_step_weights())
+        return layer.step(x, weights, layer.empty_step_cache(tf.shape(x)[0]))[0]
 
-    step(tf.zeros((2, 1, D)), tf.constant(0))
+    step(tf.zeros((2, D)))
     graph = step.get_concrete_function().graph
     ops = graph_op_types(graph.as_graph_def())
     assert "Case" not in ops and "StatelessCase" not in ops

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoder_step, decoding
+from keras_transformer import decoding
 from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
 from tests.helpers import tiny_transformer
 
@@ -145,7 +145,7 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
         ):
             np.testing.assert_array_equal(variable.numpy(), value.numpy())
 
-    assert_holds(frozen, decoder_step.fused_weights(model))
+    assert_holds(frozen, model.fused_step_weights())
     methods = ("greedy", "beam", "sample")
 
     def scores(translator):
@@ -159,11 +159,14 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
                 same[key].numpy(), reference[method][key].numpy(), err_msg=method
             )
 
-    layers = frozen.fused_weights["layers"]
-    kinds = {kind: [layer[kind] for layer in layers] for kind in ("qkv_kernel", "cross_q_kernel")}
+    layers = frozen.fused_weights.decoder
+    kinds = {
+        "query, key and value": [layer.self_attention.kernel for layer in layers],
+        "cross-attention query": [layer.cross_attention.kernel for layer in layers],
+    }
     if tied:
-        kinds["projection_kernel"] = [frozen.fused_weights["projection_kernel"]]
-    assert ("projection_kernel" in frozen.fused_weights) == tied
+        kinds["tied projection"] = [frozen.fused_weights.projection]
+    assert bool(tf.nest.flatten(frozen.fused_weights.projection)) == tied
     for kind, variables in kinds.items():
         kept = [v.numpy() for v in variables]
         for variable in variables:
@@ -184,7 +187,7 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
     fresh = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
     np.testing.assert_array_equal(scores(live)["greedy"], scores(fresh)["greedy"])
     assert not np.array_equal(scores(live)["greedy"], reference["greedy"]["score"].numpy())
-    assert_holds(frozen.frozen(), decoder_step.fused_weights(model))
+    assert_holds(frozen.frozen(), model.fused_step_weights())
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])

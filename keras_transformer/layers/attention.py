@@ -11,12 +11,31 @@ one, as the tutorial calls them, the layers use the Keras mask their inputs
 carry (set by `PositionalEmbedding`), and pass it on to their output.
 """
 
+from __future__ import annotations
+
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
-from keras_transformer.layers import backend, masks, packing, validation
+from keras_transformer.layers import backend, masks, validation
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.residual import Residual
+
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    import tensorflow as tf
+
+    from keras_transformer.layers import step_ops
+
+
+class AttentionStepWeights(NamedTuple):
+    """What an attention sublayer's `step` reads, prepared once per search
+    (`step_ops.py`): its query projection (self-attention: query, key and value
+    fused; `fused_step_weights`), its output projection and its layer norm."""
+
+    query: step_ops.Projection
+    output: step_ops.Projection
+    norm: step_ops.Norm
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -143,6 +162,17 @@ class BaseAttention(keras.layers.Layer):
         """Keys and values of `x` in heads (see `MultiHeadAttention.project_key_value`)."""
         return self.mha.project_key_value(x, padding_mask)
 
+    def step_weights(self, fused) -> AttentionStepWeights:
+        """The step's weights, `fused` being `fused_step_weights()` (computed now or
+        frozen in an export)."""
+        return AttentionStepWeights(
+            fused, self.mha.output_projection(), self.residual.step_weights()
+        )
+
+    def _step_output(self, x, attended, weights: AttentionStepWeights):
+        output = step_ops.dense(attended, weights.output)
+        return self.residual.step_output(x, output, weights.norm)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -222,10 +252,10 @@ class GlobalSelfAttention(BaseAttention):
 class CausalSelfAttention(BaseAttention):
     """Self-attention where position t sees only positions <= t (decoder).
 
-    With a key/value cache it processes just the newest positions: their keys
-    and values are appended to the cache (at `cache_index`), and the queries
-    attend over the cache, so each decoding step costs one position instead of
-    a re-run of the whole prefix.
+    Decoding one position at a time runs `step` instead (on TensorFlow): the
+    newest position's keys and values are appended to a cache, and its query
+    attends over the cache, so each decoding step costs one position instead
+    of a re-run of the whole prefix (`step_ops.py`).
 
     Args:
         d_model: int. Size of the input and output features (the paper's
@@ -249,71 +279,56 @@ class CausalSelfAttention(BaseAttention):
 
     Call arguments:
         x: tensor `(batch, length, d_model)`, or packed `(tokens, d_model)`
-            (see `packing.py`; not with a cache); the output has the same form.
+            (see `packing.py`); the output has the same form.
         padding_mask: optional bool `(batch, length)`, True at real tokens.
-            Required with packed `x`; ignored with a cache (generated
-            prefixes hold no padding). Defaults to the Keras mask of `x`.
-        cache: optional `(key_cache, value_cache)`, each
-            `(batch, heads, positions_so_far, head_size)`, from `empty_cache`
-            (empty) or the previous call; it grows by the new positions.
-        cache_index: int scalar. Absolute position of `x[:, 0]`; required
-            with `cache`.
+            Required with packed `x`. Defaults to the Keras mask of `x`.
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return the attention weights.
 
     Returns:
-        `y`, then the updated cache if one was given, then the weights if asked.
+        `y`, then the weights if asked.
     """
 
-    def empty_cache(self, batch_size, max_length=None, dtype=None):
-        """An empty key/value cache (see `MultiHeadAttention.empty_cache`)."""
-        return self.mha.empty_cache(batch_size, max_length, dtype)
-
-    def call(
-        self,
-        x,
-        padding_mask=None,
-        cache=None,
-        cache_index=None,
-        training=None,
-        return_attention_scores=False,
-    ):
+    def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
         padding_mask = masks.resolve(padding_mask, x)
         validation.check_maybe_packed("x", x, self._width, padding_mask)
-        if cache is not None and packing.is_packed(x):
-            raise ValueError(
-                "With a key/value cache `x` must be (batch, length, d_model), not packed. "
-                f"Received shape {x.shape}"
-            )
-        if cache is not None and cache_index is None:
-            raise ValueError("`cache_index` is required when `cache` is given.")
         h = self.residual.normalize_input(x)
         key, value = self.mha.project_key_value(h, padding_mask)
-        if cache is None:
-            length = ops.shape(key)[2]
-            mask = ops.expand_dims(masks.causal_mask(length, length), 0)
-            if padding_mask is not None:
-                mask = ops.logical_and(mask, masks.key_mask(padding_mask))
-        else:
-            cache = self.mha.update_cache(cache, key, value, cache_index)
-            key, value = cache
-            # The cache holds the positions up to the newest query and no
-            # further, so a single query may attend to all of it.
-            mask = (
-                None
-                if x.shape[1] == 1
-                else ops.expand_dims(
-                    masks.causal_mask(ops.shape(x)[1], ops.shape(key)[2], cache_index), 0
-                )
-            )
+        length = ops.shape(key)[2]
+        mask = ops.expand_dims(masks.causal_mask(length, length), 0)
+        if padding_mask is not None:
+            mask = ops.logical_and(mask, masks.key_mask(padding_mask))
         output, weights = self.mha.attend(h, key, value, mask, training, query_mask=padding_mask)
         y = self.residual.add(x, output, training)
-        results = (y,)
-        if cache is not None:
-            results += (cache,)
-        if return_attention_scores:
-            results += (weights,)
-        return results[0] if len(results) == 1 else results
+        return (y, weights) if return_attention_scores else y
+
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --
+
+    def fused_step_weights(self):
+        """Query, key and value projections fused into one, the query's scaled."""
+        return self.mha.fused_query_key_value()
+
+    def empty_step_cache(self, rows, slots: int = 0):
+        """An empty self-attention cache for `rows` (see `MultiHeadAttention.empty_step_cache`)."""
+        return self.mha.empty_step_cache(rows, slots)
+
+    def step(self, x, weights: AttentionStepWeights, cache, slots=None, matmul=False):
+        """The newest position of each row: `x` `(rows, d_model)` -> `(y, cache)`.
+
+        Args:
+            weights: from `step_weights`.
+            cache: from `empty_step_cache` or the previous step; returned one
+                position longer, or with `slots` (`step_ops.CacheSlots`)
+                written in place.
+            matmul: attention as batched matmuls rather than broadcast products
+                (`step_ops.attend`); the same results.
+        """
+        h = self.residual.step_input(x, weights.norm)
+        query, key, value = tf.split(step_ops.dense(h, weights.query), 3, axis=1)
+        cache = self.mha.append_to_step_cache(cache, key, value, slots)
+        bias = None if slots is None else slots.bias
+        attended = self.mha.step_attend(query, *cache, bias, matmul)
+        return self._step_output(x, attended, weights), cache
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -392,3 +407,28 @@ class CrossAttention(BaseAttention):
         if backend.is_concrete(weights):
             self.last_attn_scores = weights
         return (y, weights) if return_attention_scores else y
+
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --
+
+    def fused_step_weights(self):
+        """The query projection, scaled."""
+        return self.mha.scaled_query()
+
+    def step_key_value(self, context):
+        """The context's keys and values in the step's layout, once per source."""
+        return self.mha.step_key_value(context)
+
+    def step(self, x, weights: AttentionStepWeights, key_value, bias, matmul=False):
+        """The newest position of each row over the context: `x` `(rows, d_model)`.
+
+        Args:
+            weights: from `step_weights`.
+            key_value: from `step_key_value`.
+            bias: float32 `(rows, 1, source_length)`, the source mask as an
+                additive bias.
+            matmul: as for `CausalSelfAttention.step`.
+        """
+        h = self.residual.step_input(x, weights.norm)
+        query = step_ops.dense(h, weights.query)
+        attended = self.mha.step_attend(query, *key_value, bias, matmul)
+        return self._step_output(x, attended, weights)

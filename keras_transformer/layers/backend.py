@@ -82,6 +82,16 @@ def checked(condition, message):
         yield
 
 
+def require_tensorflow(what: str) -> None:
+    """Raises a one-line error naming `what` where the backend is not TensorFlow: the
+    decoder's one-token step and the searches run in TensorFlow graphs (serving)."""
+    if not ON_TENSORFLOW:
+        raise ValueError(
+            f"{what} runs on the TensorFlow backend (KERAS_BACKEND=tensorflow), for "
+            f"serving; the Keras backend here is {BACKEND!r}."
+        )
+
+
 def argmax(x):
     """The index of the largest value along the last axis, int32.
 

@@ -1,11 +1,74 @@
 """Decoder: causal self-attention, cross-attention and feed-forward blocks."""
 
+from __future__ import annotations
+
+from typing import NamedTuple
+
 import keras
 
 from keras_transformer.layers import backend, masks
-from keras_transformer.layers.attention import CausalSelfAttention, CrossAttention
+from keras_transformer.layers.attention import (
+    AttentionStepWeights,
+    CausalSelfAttention,
+    CrossAttention,
+)
 from keras_transformer.layers.block import Block
+from keras_transformer.layers.embedding import EmbeddingStepWeights
+from keras_transformer.layers.feed_forward import FeedForwardStepWeights
 from keras_transformer.layers.stack import BlockStack
+
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    import tensorflow as tf
+
+    from keras_transformer.layers import step_ops
+
+
+class DecoderLayerFusedWeights(NamedTuple):
+    """A block's step weights that are computed rather than read (`step_ops.py`)."""
+
+    query_key_value: step_ops.Projection  # self-attention's, fused, the query's scaled
+    cross_query: step_ops.Projection  # cross-attention's query, scaled
+
+
+class DecoderLayerStepWeights(NamedTuple):
+    causal: AttentionStepWeights
+    cross: AttentionStepWeights
+    feed_forward: FeedForwardStepWeights
+
+
+class DecoderStepWeights(NamedTuple):
+    """What `Decoder.step` reads, prepared once per search (`Decoder.step_weights`)."""
+
+    tokens: EmbeddingStepWeights
+    blocks: tuple[DecoderLayerStepWeights, ...]
+    final_norm: step_ops.Norm | tuple  # () without a final layer norm (post-LN)
+
+
+class DecoderState(NamedTuple):
+    """Per-row decoding state of `Decoder.step`, leading axis the row.
+
+    caches: per block, the self-attention `(key, value)` cache of the positions decoded
+        so far, keys `(rows, heads, positions, head_size)`, values transposed
+        `(rows, heads, head_size, positions)`; it grows a position a step.
+    cross_key_values: per block, the source's `(key, value)`, laid out alike.
+    cross_bias: float32 `(rows, 1, source_length)`, the source mask as an
+        additive bias (the same for every head).
+    """
+
+    caches: tuple
+    cross_key_values: tuple
+    cross_bias: tf.Tensor
+
+
+class FixedDecoderState(NamedTuple):
+    """`DecoderState` with caches of `slots` positions from the start, written in place
+    and masked beyond the step: every loop shape fixed, as XLA needs.
+    `slot_positions` `(slots,)` is shared by all rows."""
+
+    caches: tuple
+    cross_key_values: tuple
+    cross_bias: tf.Tensor
+    slot_positions: tf.Tensor
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -35,12 +98,6 @@ class DecoderLayer(Block):
             packed `x`. Defaults to the Keras mask of `x`.
         context_mask: optional bool `(batch, source_length)`, True at real
             source tokens. Defaults to the Keras mask of `context`.
-        cache: optional self-attention `(key_cache, value_cache)`; see
-            `CausalSelfAttention`. With it, `cache_index` is required and the
-            updated cache is returned after the output.
-        cache_index: int scalar, absolute position of `x[:, 0]`.
-        context_key_value: optional cross-attention keys/values computed once
-            per source (`cross_attention.project_key_value(context)`).
         training: bool. Enables dropout.
         return_attention_scores: bool. Also return the cross-attention weights
             `(batch, heads, target_length, source_length)`.
@@ -72,25 +129,16 @@ class DecoderLayer(Block):
         context=None,
         padding_mask=None,
         context_mask=None,
-        cache=None,
-        cache_index=None,
-        context_key_value=None,
         training=None,
         return_attention_scores=False,
     ):
         padding_mask = masks.resolve(padding_mask, x)
         context_mask = masks.resolve(context_mask, context)
-        if cache is None:
-            x = self.causal_self_attention(x, padding_mask=padding_mask, training=training)
-        else:
-            x, cache = self.causal_self_attention(
-                x, cache=cache, cache_index=cache_index, training=training
-            )
+        x = self.causal_self_attention(x, padding_mask=padding_mask, training=training)
         x, weights = self.cross_attention(
             x,
             context=context,
             context_mask=context_mask,
-            context_key_value=context_key_value,
             padding_mask=padding_mask,
             training=training,
             return_attention_scores=True,
@@ -98,12 +146,36 @@ class DecoderLayer(Block):
         x = self.ffn(x, training=training)
         if backend.is_concrete(weights):
             self.last_attn_scores = weights
-        results = (x,)
-        if cache is not None:
-            results += (cache,)
-        if return_attention_scores:
-            results += (weights,)
-        return results[0] if len(results) == 1 else results
+        return (x, weights) if return_attention_scores else x
+
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --
+
+    def fused_step_weights(self) -> DecoderLayerFusedWeights:
+        return DecoderLayerFusedWeights(
+            self.causal_self_attention.fused_step_weights(),
+            self.cross_attention.fused_step_weights(),
+        )
+
+    def step_weights(self, fused: DecoderLayerFusedWeights) -> DecoderLayerStepWeights:
+        return DecoderLayerStepWeights(
+            self.causal_self_attention.step_weights(fused.query_key_value),
+            self.cross_attention.step_weights(fused.cross_query),
+            self.ffn.step_weights(),
+        )
+
+    def step_start(self, context, rows, slots: int = 0):
+        """`(self-attention cache, cross-attention keys/values)` of one block."""
+        return (
+            self.causal_self_attention.empty_step_cache(rows, slots),
+            self.cross_attention.step_key_value(context),
+        )
+
+    def step(self, x, weights, cache, cross_key_value, cross_bias, slots=None, matmul=False):
+        """The newest position of each row: `x` `(rows, d_model)` -> `(y, cache)`
+        (see `CausalSelfAttention.step` and `CrossAttention.step`)."""
+        x, cache = self.causal_self_attention.step(x, weights.causal, cache, slots, matmul)
+        x = self.cross_attention.step(x, weights.cross, cross_key_value, cross_bias, matmul)
+        return self.ffn.step(x, weights.feed_forward), cache
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -123,9 +195,11 @@ class Decoder(BlockStack):
     Two ways to run it:
     - `call(token_ids, context, context_mask)`: the whole target at once
       (training, scoring).
-    - `init_cache(context, max_length)` then `decode_step(...)` per position:
-      incremental decoding where each step computes only the new positions.
-      `Transformer.decoding_start` / `decoding_step` wrap these for the searches.
+    - `step_weights()` and `step_start(context, context_mask)`, then
+      `step(...)` per position (on TensorFlow): incremental decoding where each
+      step computes only the newest position over a key/value cache
+      (`step_ops.py`). `Transformer.decoding_start` / `decoding_step` wrap
+      these for the searches.
 
     Args:
         num_layers: int. Number of DecoderLayer blocks.
@@ -193,51 +267,89 @@ class Decoder(BlockStack):
         x = self._finish(x)
         return (x, attention_scores) if return_attention_scores else x
 
-    def init_cache(self, context, max_length=None):
-        """Decoding state for incremental decoding (`decode_step`).
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --
 
-        Cross-attention keys/values are projected here, once per source;
-        self-attention caches start empty and grow by the positions each step
-        writes, up to the embedding's `max_length` (the argument is accepted
-        for callers that name their bound).
+    def fused_step_weights(self) -> tuple[DecoderLayerFusedWeights, ...]:
+        """The blocks' step weights that are computed, not read: what an export freezes."""
+        return tuple(layer.fused_step_weights() for layer in self.dec_layers)
 
-        Returns:
-            dict with "self" and "cross": lists (one per layer) of
-            `(key, value)` pairs, each `(batch, heads, length, head_size)`.
-        """
-        batch_size = keras.ops.shape(context)[0]
-        return {
-            "self": [
-                layer.causal_self_attention.empty_cache(batch_size, max_length)
-                for layer in self.dec_layers
-            ],
-            "cross": [
-                layer.cross_attention.project_key_value(context) for layer in self.dec_layers
-            ],
-        }
-
-    def decode_step(self, token_ids, cache, index, context_mask=None):
-        """Features for the target positions `index .. index + len - 1`.
+    def step_weights(self, fused=None) -> DecoderStepWeights:
+        """Every weight `step` reads, as tensors, read once per search.
 
         Args:
-            token_ids: int tensor `(batch, new_length)`; usually one position.
-            cache: from `init_cache` or the previous step.
-            index: int scalar, absolute position of `token_ids[:, 0]`.
-            context_mask: optional bool `(batch, source_length)`.
-
-        Returns:
-            `(features, cache)`: features `(batch, new_length, d_model)` and
-            the cache with the new positions written in.
+            fused: `fused_step_weights()` computed before (tensors or
+                variables), or None to compute them here.
         """
-        x = self.embedding(token_ids, start_position=index)
-        new_self_caches = []
-        for layer, self_cache, cross_kv in zip(self.dec_layers, cache["self"], cache["cross"]):
-            x, self_cache = layer(
-                x,
-                context_mask=context_mask,
-                cache=self_cache,
-                cache_index=index,
-                context_key_value=cross_kv,
+        backend.require_tensorflow("The decoder's one-token step")
+        if fused is None:
+            fused = self.fused_step_weights()
+        else:
+            fused = tf.nest.map_structure(tf.convert_to_tensor, fused)
+        return DecoderStepWeights(
+            self.embedding.step_weights(),
+            tuple(
+                layer.step_weights(layer_fused)
+                for layer, layer_fused in zip(self.dec_layers, fused, strict=True)
+            ),
+            () if self.final_layernorm is None else step_ops.norm_weights(self.final_layernorm),
+        )
+
+    def step_start(self, context, context_mask, slots=None):
+        """The state of `step` for a source: cross-attention keys/values and the
+        source bias computed once, self-attention caches empty.
+
+        Args:
+            context: the encoder output `(rows, source_length, d_model)`.
+            context_mask: bool `(rows, source_length)`, True at real source tokens.
+            slots: None for caches that grow a position a step (`DecoderState`);
+                an int for caches of `slots` positions from the start
+                (`FixedDecoderState`): the same results with every loop shape
+                fixed, as XLA needs, at the cost of attending over all slots.
+        """
+        backend.require_tensorflow("The decoder's one-token step")
+        rows = tf.shape(context)[0]
+        blocks = [
+            layer.step_start(context, rows, 0 if slots is None else int(slots))
+            for layer in self.dec_layers
+        ]
+        caches, cross = (tuple(part) for part in zip(*blocks))
+        # (rows, 1, source): the same for every head.
+        bias = masks.additive_bias(context_mask)[:, None, :]
+        if slots is None:
+            return DecoderState(caches, cross, bias)
+        return FixedDecoderState(caches, cross, bias, tf.range(int(slots)))
+
+    def step(self, token_ids, index, weights: DecoderStepWeights, state, matmul=False):
+        """Features `(rows, d_model)` of the token after `token_ids` at `index`.
+
+        Args:
+            token_ids: int `(rows,)`, the newest token of each row.
+            index: int scalar, its position.
+            weights: from `step_weights`.
+            state: from `step_start` or the previous step; returned with each
+                layer's self-attention cache one position longer (or, of fixed
+                size, written at `index`).
+            matmul: attention as batched matmuls rather than broadcast products
+                (`step_ops.attend`); the same results.
+        """
+        slots = (
+            step_ops.cache_slots(state.slot_positions, index)
+            if isinstance(state, FixedDecoderState)
+            else None
+        )
+        x = self.embedding.step(token_ids, index, weights.tokens)
+        caches = []
+        for layer, layer_weights, cache, cross_key_value in zip(
+            self.dec_layers,
+            weights.blocks,
+            state.caches,
+            state.cross_key_values,
+            strict=True,
+        ):
+            x, cache = layer.step(
+                x, layer_weights, cache, cross_key_value, state.cross_bias, slots, matmul
             )
-            new_self_caches.append(self_cache)
-        return self._finish(x), {"self": new_self_caches, "cross": cache["cross"]}
+            caches.append(cache)
+        if weights.final_norm:
+            x = step_ops.normalize(x, weights.final_norm, self.layer_norm_epsilon)
+        return x, state._replace(caches=tuple(caches))

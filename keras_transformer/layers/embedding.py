@@ -1,12 +1,27 @@
 """Token embedding plus the sinusoidal positional encoding of the paper."""
 
+from __future__ import annotations
+
 import math
+from typing import NamedTuple
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_transformer.layers import backend, masks, validation
+
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    import tensorflow as tf
+
+    from keras_transformer.layers import step_ops
+
+
+class EmbeddingStepWeights(NamedTuple):
+    """What `PositionalEmbedding.step` reads, prepared once per search (`step_ops.py`)."""
+
+    table: tf.Tensor  # (vocab_size, d_model)
+    positions: tf.Tensor  # (max_length, d_model), the sinusoidal encoding
 
 
 def positional_encoding(length, depth):
@@ -111,6 +126,26 @@ class PositionalEmbedding(keras.layers.Layer):
         x = self.embedding(token_ids)
         x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
         return x + ops.expand_dims(encoding, 0)
+
+    @property
+    def table(self):
+        """The token embeddings `(vocab_size, d_model)`: a tied output projection
+        multiplies by their transpose, and a shared embedding is this layer itself."""
+        return self.embedding.embeddings
+
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --
+
+    def step_weights(self) -> EmbeddingStepWeights:
+        dtype = self.compute_dtype
+        return EmbeddingStepWeights(
+            step_ops.tensor(self.table, dtype), tf.constant(self._encoding, dtype=dtype)
+        )
+
+    def step(self, token_ids, index, weights: EmbeddingStepWeights):
+        """Int `(rows,)` ids at position `index` -> `(rows, d_model)`."""
+        table = weights.table
+        x = tf.gather(table, token_ids) * tf.cast(math.sqrt(self.d_model), table.dtype)
+        return x + tf.gather(weights.positions, index)
 
     def compute_mask(self, token_ids, previous_mask=None):
         return masks.padding_mask(token_ids)

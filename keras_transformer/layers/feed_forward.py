@@ -1,9 +1,24 @@
 """Position-wise feed-forward sublayer."""
 
+from __future__ import annotations
+
+from typing import NamedTuple
+
 import keras
 
-from keras_transformer.layers import packing, validation
+from keras_transformer.layers import backend, packing, validation
 from keras_transformer.layers.residual import Residual
+
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    from keras_transformer.layers import step_ops
+
+
+class FeedForwardStepWeights(NamedTuple):
+    """What `FeedForward.step` reads, prepared once per search (`step_ops.py`)."""
+
+    inner: step_ops.Projection
+    output: step_ops.Projection
+    norm: step_ops.Norm
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -82,6 +97,20 @@ class FeedForward(keras.layers.Layer):
             validation.check_features("x", x, self.d_model)
         h = self.output_dense(self.inner_dense(self.residual.normalize_input(x)))
         return self.residual.add(x, h, training)
+
+    def step_weights(self) -> FeedForwardStepWeights:
+        dtype = self.compute_dtype
+        return FeedForwardStepWeights(
+            step_ops.projection(self.inner_dense, dtype),
+            step_ops.projection(self.output_dense, dtype),
+            self.residual.step_weights(),
+        )
+
+    def step(self, x, weights: FeedForwardStepWeights):
+        """The decoder's one-token step: `x` `(rows, d_model)`, no dropout (`step_ops.py`)."""
+        h = self.residual.step_input(x, weights.norm)
+        inner = self.activation(step_ops.dense(h, weights.inner))
+        return self.residual.step_output(x, step_ops.dense(inner, weights.output), weights.norm)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -1,10 +1,11 @@
 """Multi-head scaled dot-product attention: the core the attention sublayers share.
 
-Projections, the split into heads, the key/value cache of incremental
-decoding, query chunks (`query_chunks.py`) and packed inputs (`packing.py`)
-live here; the residual connection and layer norm around it live in
-`residual.py`, and the tutorial's `GlobalSelfAttention`, `CausalSelfAttention`
-and `CrossAttention` (`attention.py`) compose the two.
+Projections, the split into heads, the one-token step of decoding (its fused
+projections and key/value cache, on TensorFlow: `step_ops.py`), query chunks
+(`query_chunks.py`) and packed inputs (`packing.py`) live here; the residual
+connection and layer norm around it live in `residual.py`, and the tutorial's
+`GlobalSelfAttention`, `CausalSelfAttention` and `CrossAttention` (`attention.py`)
+compose the two.
 
 Masks are boolean with True meaning "may attend", `(batch, queries, keys)` or
 broadcastable to it; the sublayers pass them explicitly.
@@ -20,6 +21,10 @@ from keras_transformer.layers.dropout import make_dropout
 
 if backend.QUERY_CHUNKS:
     from keras_transformer.layers import query_chunks
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    import tensorflow as tf
+
+    from keras_transformer.layers import step_ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -123,40 +128,6 @@ class MultiHeadAttention(keras.layers.Layer):
             self.split_heads(self.value_dense(x), padding_mask),
         )
 
-    # -- the key/value cache of incremental decoding ----------------------------
-
-    def empty_cache(self, batch_size, max_length=None, dtype=None):
-        """An empty `(key_cache, value_cache)`, each `(batch, heads, 0, key_dim)`.
-
-        The cache grows by the positions each step writes (`update_cache`), so a
-        decoding step attends over the positions decoded so far instead of
-        `max_length` preallocated slots (a step's cost follows the row, not the
-        export's length limit). `max_length` is accepted for the callers that
-        name their bound; the model's positions bound the cache.
-        """
-        shape = (batch_size, self.num_heads, 0, self.key_dim)
-        dtype = dtype or self.compute_dtype
-        return (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
-
-    @staticmethod
-    def update_cache(cache, key, value, index):
-        """`cache` with `key`/`value` `(batch, heads, new, key_dim)` appended.
-
-        `index` is the position of the first new one: the cache must hold
-        exactly the positions before it (decoding writes them in order).
-        """
-        if not isinstance(index, int):
-            index = ops.cast(index, "int32")
-        with backend.checked(
-            ops.shape(cache[0])[2] == index,
-            "The key/value cache is written in order: `cache_index` must equal "
-            "the number of positions already in the cache",
-        ):
-            return tuple(
-                ops.concatenate([c, ops.cast(new, c.dtype)], axis=2)
-                for c, new in zip(cache, (key, value))
-            )
-
     # -- attention ------------------------------------------------------------
 
     def attend(self, query_input, key, value, attention_mask=None, training=None, query_mask=None):
@@ -199,6 +170,63 @@ class MultiHeadAttention(keras.layers.Layer):
         if packing.is_packed(query_input):
             output = packing.pack(output, query_mask)
         return self.output_dense(output), weights
+
+    # -- the one-token step of decoding (TensorFlow, `step_ops.py`) --------------
+
+    def fused_query_key_value(self):
+        """Query, key and value projections as one `step_ops.Projection`
+        `(width, 3 * heads * key_dim)`, the query's part carrying the 1/sqrt(key_dim)
+        scale: what a self-attention step multiplies by, fused once."""
+        dtype = self.compute_dtype
+        parts = (
+            step_ops.projection(self.query_dense, dtype, 1.0 / math.sqrt(self.key_dim)),
+            step_ops.projection(self.key_dense, dtype),
+            step_ops.projection(self.value_dense, dtype),
+        )
+        return step_ops.Projection(*(tf.concat(list(w), axis=-1) for w in zip(*parts)))
+
+    def scaled_query(self):
+        """The query projection carrying the 1/sqrt(key_dim) scale (cross-attention's
+        fused weights)."""
+        return step_ops.projection(
+            self.query_dense, self.compute_dtype, 1.0 / math.sqrt(self.key_dim)
+        )
+
+    def output_projection(self):
+        return step_ops.projection(self.output_dense, self.compute_dtype)
+
+    def step_key_value(self, context):
+        """Keys `(rows, heads, keys, key_dim)` and values transposed to
+        `(rows, heads, key_dim, keys)` of `context` (so that both of
+        `step_ops.attend`'s sums run over the last axis)."""
+        key, value = self.project_key_value(context)
+        return key, tf.transpose(value, [0, 1, 3, 2])
+
+    def empty_step_cache(self, rows, slots: int = 0):
+        """A self-attention cache of `slots` positions (0: one that grows a position a
+        step), laid out as `step_key_value`'s."""
+        return (
+            tf.zeros([rows, self.num_heads, slots, self.key_dim], self.compute_dtype),
+            tf.zeros([rows, self.num_heads, self.key_dim, slots], self.compute_dtype),
+        )
+
+    def append_to_step_cache(self, cache, key, value, slots=None):
+        """`cache` with a step's `key` and `value` `(rows, heads * key_dim)`: one
+        position longer, or with `slots` (`step_ops.CacheSlots`) written in place."""
+        key = step_ops.heads(key, self.num_heads, self.key_dim)
+        value = tf.reshape(value, [-1, self.num_heads, self.key_dim, 1])
+        key_cache, value_cache = cache
+        if slots is None:
+            return tf.concat([key_cache, key], axis=2), tf.concat([value_cache, value], axis=3)
+        return tf.where(slots.write[:, None], key, key_cache), tf.where(
+            slots.write, value, value_cache
+        )
+
+    def step_attend(self, query, key, value, bias=None, matmul=False):
+        """A step's projected `query` `(rows, heads * key_dim)` over `key`/`value` in the
+        step's layout: `(rows, heads * key_dim)` (see `step_ops.attend`)."""
+        query = step_ops.heads(query, self.num_heads, self.key_dim)
+        return step_ops.attend(query, key, value, self.num_heads * self.key_dim, bias, matmul)
 
     def call(
         self,

@@ -4,13 +4,18 @@ Post-LN (the paper, default): `y = LayerNorm(x + Dropout(f(x)))`.
 Pre-LN (`normalize_first=True`): `y = x + Dropout(f(LayerNorm(x)))`.
 
 Attention and feed-forward sublayers both hold one `Residual` and call
-`normalize_input` before their own work and `add` after it.
+`normalize_input` before their own work and `add` after it (in the decoder's
+one-token step: `step_input` and `step_output`).
 """
 
 import keras
 
+from keras_transformer.layers import backend
 from keras_transformer.layers.dropout import make_dropout
 from keras_transformer.layers.layer_norm import LayerNormalization
+
+if backend.ON_TENSORFLOW:  # the one-token step of decoding for serving
+    from keras_transformer.layers import step_ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -62,6 +67,19 @@ class Residual(keras.layers.Layer):
         """The block's output from its input `x` and the sublayer's output."""
         y = x + self.dropout(sublayer_output, training=training)
         return y if self.normalize_first else self.layernorm(y)
+
+    # The same two on the one-token step's `(rows, d_model)` rows (`step_ops.py`),
+    # with the layer norm's weights read once (`step_weights`) and no dropout.
+
+    def step_weights(self):
+        return step_ops.norm_weights(self.layernorm)
+
+    def step_input(self, x, norm):
+        return step_ops.normalize(x, norm, self.layer_norm_epsilon) if self.normalize_first else x
+
+    def step_output(self, x, sublayer_output, norm):
+        y = x + sublayer_output
+        return y if self.normalize_first else step_ops.normalize(y, norm, self.layer_norm_epsilon)
 
     def call(self, x, sublayer_output, training=None):
         return self.add(x, sublayer_output, training)

@@ -71,6 +71,16 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
         )
 
     @property
+    def token_embeddings(self):
+        """The embedding table `(vocab_size, d_model)` (a tied output projection's)."""
+        return self.embedding.table
+
+    def share_embedding(self, other: "BlockStack") -> None:
+        """Embed with `other`'s embedding layer: one layer object, tracked by both, so
+        one table (the paper's shared source and target embeddings)."""
+        self.embedding = other.embedding
+
+    @property
     def _blocks(self):
         return getattr(self, self.blocks_attribute)
 
