@@ -25,7 +25,11 @@ from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.layers import backend
 from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
 from keras_transformer.model import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS, Transformer
-from keras_transformer.tokenizers.settings import BYTE_PIECES, check_normalization_form
+from keras_transformer.tokenizers.settings import (
+    BYTE_PIECES,
+    check_normalization_form,
+    check_subword_alpha,
+)
 
 # The model's sizes, with the TensorFlow tutorial's values.
 MODEL_SIZES = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512}
@@ -123,12 +127,6 @@ SETTING_HELP = {
     "num_heads": "attention heads",
     "dff": "inner size of the feed-forward sublayers",
 }
-
-
-def check_subword_alpha(alpha: float) -> None:
-    """`subword_alpha` is 0 (no sampling) or a sampling alpha in (0, 1]."""
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
 
 
 @dataclasses.dataclass
