@@ -1,8 +1,9 @@
 """mkdocs hook: docs/configuration.md, generated at build time from `TrainConfig`.
 
 One source of truth: the settings are `dataclasses.fields(TrainConfig)` (name,
-type, default), their help the flags' own (`keras_transformer.cli.settings.setting_help`),
-the presets' values `keras_transformer.presets.PRESETS`. The page is a virtual file
+type, default, and the help in their metadata, as the flags show it:
+`keras_transformer.cli.settings.setting_help`), the presets' values
+`keras_transformer.presets.PRESETS`. The page is a virtual file
 of the build, never written to docs/; a hand-written docs/configuration.md is refused.
 `tests/test_docs.py` imports `configuration_markdown` to check links into the page.
 """
@@ -18,7 +19,7 @@ PAGE = "configuration.md"
 
 # The run settings come in this order in `TrainConfig` (config.py): each group from
 # the field named here up to the next group's; the model's fields are its sizes and
-# options (`MODEL_SIZES`, `BLOCK_OPTIONS`, `MODEL_OPTIONS`), wherever they stand.
+# options (`MODEL_SIZES`, and the fields marked `model_option`), wherever they stand.
 RUN_GROUPS = (("Data", "corpus"), ("Tokenizer", "tokenizer"), ("Optimisation", "epochs"))
 MODEL_GROUP = "Model"
 
@@ -42,10 +43,8 @@ def _cell(text: str) -> str:
 
 def _groups(fields) -> dict[str, list[dataclasses.Field]]:
     from keras_transformer.config import MODEL_SIZES
-    from keras_transformer.layers.options import BLOCK_OPTIONS
-    from keras_transformer.model import MODEL_OPTIONS
 
-    model_names = {*MODEL_SIZES, *BLOCK_OPTIONS, *MODEL_OPTIONS}
+    model_names = {*MODEL_SIZES} | {f.name for f in fields if "model_option" in f.metadata}
     starts = dict((first, name) for name, first in RUN_GROUPS)
     groups = {name: [] for name, _ in RUN_GROUPS}
     groups[MODEL_GROUP] = []

@@ -18,7 +18,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.buckets import bucket_batch_sizes, bucket_boundaries
-from keras_transformer.config import check_subword_alpha
 
 # The readers' names as they were in this module (see the docstring).
 from keras_transformer.corpora import (  # noqa: F401
@@ -33,6 +32,7 @@ from keras_transformer.corpora import (  # noqa: F401
     split_pairs,
     texts,
 )
+from keras_transformer.tokenizers.settings import check_subword_alpha
 
 # ----------------------------------------------------------------------------- batching
 

@@ -24,7 +24,8 @@ import keras
 from keras_transformer import atomic, distribute, prepared
 from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
-from keras_transformer.config import TRAINING_DATA_PATHS, TrainConfig, read_config_file
+from keras_transformer.config import TrainConfig, read_config_file
+from keras_transformer.config_checks import TRAINING_DATA_PATHS
 from keras_transformer.losses import MaskedLoss, masked_loss, token_losses
 from keras_transformer.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
 from keras_transformer.model import Transformer

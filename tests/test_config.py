@@ -1,11 +1,84 @@
-"""TrainConfig, the settings of a training run (`config.py`)."""
+"""TrainConfig, the settings of a training run (`config.py`, its checks `config_checks.py`)."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from keras_transformer import cli
-from keras_transformer.config import TrainConfig
+from keras_transformer import cli, run_dir
+from keras_transformer.config import MODEL_SIZES, TrainConfig, read_config_file
+from keras_transformer.layers.options import BLOCK_OPTIONS
+from keras_transformer.model import MODEL_OPTIONS
+
+# A run's config.json as the version before the explicit fields wrote it.
+CONFIG_V1 = Path(__file__).parent / "data" / "config_v1.json"
+
+
+def test_the_model_option_fields_are_the_models_options():
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig) if "model_option" in f.metadata}
+    assert set(fields) == set(BLOCK_OPTIONS) | set(MODEL_OPTIONS)
+    for name, field in fields.items():
+        default = {**BLOCK_OPTIONS, **MODEL_OPTIONS}[name]
+        assert field.metadata["model_option"] == name
+        assert field.default == default and field.type == type(default).__name__, name
+    sizes = [f.name for f in dataclasses.fields(TrainConfig) if f.name in MODEL_SIZES]
+    assert sizes == list(MODEL_SIZES)
+    TrainConfig().model_kwargs(10, 10)  # every name the model takes is a field
+
+
+def test_every_field_has_a_type_a_default_and_a_one_line_help():
+    for field in dataclasses.fields(TrainConfig):
+        assert set(field.type.split(" | ")) <= {"int", "float", "str", "bool", "None"}, field
+        assert field.default is not dataclasses.MISSING, field.name
+        assert "\n" not in field.metadata["help"] and len(field.metadata["help"]) > 10
+        choices = field.metadata.get("choices")
+        assert choices is None or field.default in choices, field.name
+    assert "corpus: where the pairs come from" in TrainConfig.__doc__
+
+
+def test_a_config_json_of_the_earlier_version_loads_with_equal_values(tmp_path):
+    written = json.loads(CONFIG_V1.read_text())
+    config = TrainConfig.from_file(CONFIG_V1)
+    assert dataclasses.asdict(config) == written["training"]
+    assert read_config_file(CONFIG_V1) == written["training"]
+    config.validate()
+    # The sections derived from the settings are those the run wrote, so that the run
+    # resumes (training._check_same_run compares them).
+    model = written["model"]
+    assert config.model_kwargs(model["input_vocab_size"], model["target_vocab_size"]) == model
+    assert config.tokenizer_kwargs() == written["tokenizer"]
+    assert {name: getattr(config, name) for name in written["data"]} == written["data"]
+    (tmp_path / run_dir.CONFIG_FILE).write_text(CONFIG_V1.read_text())
+    assert run_dir.read_config(tmp_path) == written
+    # Flat settings files, as --config takes them, load the same.
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps(written["training"]))
+    assert TrainConfig.from_file(flat) == config
+    # Runs older still lack the settings added since: those take their defaults.
+    older = {k: v for k, v in written["training"].items() if k not in ("skip_padding", "seed")}
+    flat.write_text(json.dumps({"training": older}))
+    assert TrainConfig.from_file(flat) == config
+
+
+def test_unknown_settings_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^Unknown training settings: \['d_modle'\]\. Known: "):
+        TrainConfig.from_dict({"d_modle": 64})
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps({"training": {"epochs": 2, "epoch": 3}}))
+    with pytest.raises(ValueError, match=rf"\['epoch'\] in config file {path}") as error:
+        TrainConfig.from_file(path)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [f for f in dataclasses.fields(TrainConfig) if "choices" in f.metadata],
+    ids=lambda f: f.name,
+)
+def test_a_value_outside_a_fields_choices_is_refused(field):
+    with pytest.raises(ValueError, match=f"{field.name} must be one of"):
+        TrainConfig(**{field.name: "nonsense"}).validate()
 
 
 def test_tie_embeddings_reaches_the_model_config():

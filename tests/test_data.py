@@ -1,6 +1,8 @@
-"""The batching pipeline (`data.make_batches`)."""
+"""The batching pipeline (`data.make_batches`), and what the text side imports."""
 
+import ast
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,3 +238,38 @@ def test_training_knows_its_steps_from_the_first_epoch(tmp_path, capsys, subword
     progress = capsys.readouterr().out
     # Keras writes "1/Unknown" while a dataset's cardinality is unknown.
     assert "Epoch 1/2" in progress and "Unknown" not in progress
+
+
+# The text side: corpora, tokenizers, the input pipeline and the prepared data.
+TEXT_MODULES = ("corpora.py", "data.py", "prepared.py", "buckets.py", "tokenizers/*.py")
+# What comes after it in the data's one-way flow (the model and what imports it).
+LATER_MODULES = {"config", "config_checks", "model", "training", "layers", "run_dir"}
+
+
+def _run_time_imports(path: Path):
+    """The names `path` imports, but those under `if TYPE_CHECKING:` (annotations)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
+def test_the_input_pipeline_never_imports_the_model():
+    package = Path(data.__file__).parent
+    for pattern in TEXT_MODULES:
+        for path in sorted(package.glob(pattern)):
+            for name in _run_time_imports(path):
+                parts = name.split(".")
+                if parts[0] == "keras_transformer" and len(parts) > 1:
+                    assert parts[1] not in LATER_MODULES, (path.name, name)

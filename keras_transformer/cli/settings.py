@@ -1,4 +1,5 @@
-"""The training settings as flags: one per `TrainConfig` field, with its help and default."""
+"""The training settings as flags: one per `TrainConfig` field, with its help, choices and
+default, all taken from the field (its metadata: `setting` in config.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,8 @@ import dataclasses
 
 from keras_transformer import presets
 from keras_transformer.cli.common import _bool, _optional
-from keras_transformer.config import (
-    CHOICES,
-    SETTING_HELP,
-    TRAINING_DATA_PATHS,
-    TrainConfig,
-    read_config_file,
-)
-from keras_transformer.layers.options import BLOCK_OPTION_HELP
-from keras_transformer.model import MODEL_OPTION_HELP
+from keras_transformer.config import TrainConfig, read_config_file
+from keras_transformer.config_checks import TRAINING_DATA_PATHS
 
 
 def _fit_verbosity(text: str) -> str | int:
@@ -37,16 +31,16 @@ def _shown(value) -> str:
 
 
 def setting_help(defaults: dict | None = None) -> dict[str, str]:
-    """Field name -> help of its flag: what it does and its default (`defaults` first).
+    """Field name -> help of its flag: the field's own help (its metadata, `setting` in
+    config.py) and its default (`defaults` first).
 
     A field whose default is None describes what unset means instead.
     """
 
-    descriptions = {**SETTING_HELP, **BLOCK_OPTION_HELP, **MODEL_OPTION_HELP}
     helps = {}
     for field in dataclasses.fields(TrainConfig):
         default = (defaults or {}).get(field.name, field.default)
-        text = descriptions[field.name]
+        text = field.metadata["help"]
         helps[field.name] = text if default is None else f"{text} (default: {_shown(default)})"
     return helps
 
@@ -95,7 +89,7 @@ def add_config_flags(
         if names is not None and field.name not in names:
             continue
         kind = _setting_type(field)
-        choices = CHOICES.get(field.name)
+        choices = field.metadata.get("choices")
         if kind is _bool:
             metavar = "{true,false}"
         else:

@@ -27,3 +27,9 @@ def check_normalization_form(normalization_form: str | None) -> str | None:
 SUBWORD_MODELS = ("unigram", "bpe")
 # Byte fallback adds one piece per byte value, after the reserved ones.
 BYTE_PIECES = 256
+
+
+def check_subword_alpha(alpha: float) -> None:
+    """`subword_alpha` is 0 (no sampling) or a sampling alpha in (0, 1]."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"subword_alpha must be in [0, 1]. Received: subword_alpha={alpha}")
