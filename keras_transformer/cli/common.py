@@ -24,7 +24,7 @@ class UserError(Exception):
 USER_ERRORS = (UserError, ValueError, OSError, ImportError)
 
 
-def _bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
     if text.lower() in ("0", "false", "no", "off"):
@@ -32,7 +32,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _optional(kind):
+def optional(kind):
     def parse(text: str):
         return None if text.lower() in ("none", "null", "") else kind(text)
 

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 
 from keras_transformer import presets
-from keras_transformer.cli.common import _bool, _optional
+from keras_transformer.cli.common import optional, parse_bool
 from keras_transformer.config import TrainConfig, read_config_file
 from keras_transformer.config_checks import TRAINING_DATA_PATHS
 
@@ -20,10 +20,10 @@ def _setting_type(field: dataclasses.Field):
     """The argparse type of a TrainConfig field; "none" unsets a field that may be None."""
     annotation = field.type if isinstance(field.type, str) else field.type.__name__
     names = [name.strip() for name in annotation.split("|")]
-    kind = {"bool": _bool, "int": int, "float": float, "str": str}[
+    kind = {"bool": parse_bool, "int": int, "float": float, "str": str}[
         next(name for name in names if name != "None")
     ]
-    return _optional(kind) if "None" in names else kind
+    return optional(kind) if "None" in names else kind
 
 
 def _shown(value) -> str:
@@ -90,7 +90,7 @@ def add_config_flags(
             continue
         kind = _setting_type(field)
         choices = field.metadata.get("choices")
-        if kind is _bool:
+        if kind is parse_bool:
             metavar = "{true,false}"
         else:
             metavar = None if choices else field.name.upper()
