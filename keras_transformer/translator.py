@@ -24,8 +24,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer import beam, decoder_step, decoding
+from keras_transformer import decoder_step
 from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.inference import beam, sampling
 from keras_transformer.layers import backend
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -76,7 +77,7 @@ class Translator(tf.Module):
     of zero rows gives zero rows.
 
     Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
-    source length together (`decoding.in_sub_batches`), so neither its memory
+    source length together (`sampling.in_sub_batches`), so neither its memory
     nor the wait it imposes on other callers grows with its row count or its
     longest row beyond one sub-batch of `max_source_length` tokens (the wait
     as long as the server has an inter-op thread per call it serves at once:
@@ -98,7 +99,7 @@ class Translator(tf.Module):
             over `sub_batch_size // in_flight` rows (a batch of fewer rows is
             split evenly among them; with the default 2 and no XLA, split by
             work: more of its short rows in one search, fewer of its long rows
-            in the other, `decoding.in_sub_batches`). Defaults to 2.
+            in the other, `sampling.in_sub_batches`). Defaults to 2.
         max_length_a, max_length_b: floats. A row also stops after
             `a * source_tokens + b` tokens (its last one then [END]), so one
             row that never ends does not hold its batch to `max_length`.
@@ -172,7 +173,7 @@ class Translator(tf.Module):
             )
         if in_flight <= 0:
             raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
-        decoding.check_length_cap(max_length_a, max_length_b)
+        sampling.check_length_cap(max_length_a, max_length_b)
         beam.check_length_penalty(length_penalty_alpha)
         if jit_compile and not use_cache:
             raise ValueError(
@@ -206,7 +207,7 @@ class Translator(tf.Module):
         self.max_source_length = int(max_source_length)
         self.sub_batch_size = int(sub_batch_size)
         self.in_flight = int(in_flight)
-        self.max_length = decoding.decode_length(
+        self.max_length = sampling.decode_length(
             model, max_length or min(DEFAULT_MAX_LENGTH, int(model.max_length))
         )
         self.max_length_a = None if max_length_a is None else float(max_length_a)
@@ -261,7 +262,7 @@ class Translator(tf.Module):
         if self.max_length_a is None:
             limits = tf.fill(tf.shape(source_lengths), self.max_length + 1)  # never reached
         else:
-            limits = decoding.source_relative_limits(
+            limits = sampling.source_relative_limits(
                 source_lengths, self.max_length_a, self.max_length_b, self.max_length
             )
         # Rows of padding only (added to reach a compiled shape) end at their first step.
@@ -273,7 +274,7 @@ class Translator(tf.Module):
         `search(context_ids, index) -> DecodeResult` decodes one sub-batch.
         """
         ids, truncated = self.source_tokens(text)
-        result = decoding.in_sub_batches(
+        result = sampling.in_sub_batches(
             search,
             ids,
             self.sub_batch_size,
@@ -298,7 +299,7 @@ class Translator(tf.Module):
         tokens, lengths, context_ids."""
 
         def search(context_ids, index, steps=None):
-            return decoding.greedy_search(
+            return sampling.greedy_search(
                 self.model,
                 context_ids,
                 steps or self.max_length,
@@ -351,7 +352,7 @@ class Translator(tf.Module):
         ]
         # Rows are padded to 1, 2, 4 or a multiple of 8, within the rows one search
         # decodes: a few shapes, and at most 7 rows of padding.
-        most_rows = decoding.rows_per_search(self.sub_batch_size, self.in_flight)
+        most_rows = sampling.rows_per_search(self.sub_batch_size, self.in_flight)
         sizes = sorted({n for n in (1, 2, 4, *range(8, most_rows, 8)) if n < most_rows})
         sizes = tf.constant([*sizes, most_rows])
 
@@ -377,7 +378,7 @@ class Translator(tf.Module):
             tokens, lengths_out, scores = tf.switch_case(
                 bucket, [branch(k) for k in range(len(lengths))]
             )
-            return decoding.DecodeResult(tokens, lengths_out, scores)
+            return sampling.DecodeResult(tokens, lengths_out, scores)
 
         return run
 
@@ -386,7 +387,7 @@ class Translator(tf.Module):
         if self.max_length_a is None or not self.stop_at_end:
             return self.max_length
         with tf.init_scope():  # a number, also while a signature is traced
-            limits = decoding.source_relative_limits(
+            limits = sampling.source_relative_limits(
                 tf.constant([source_length - 2]),  # the longest real source fitting it
                 self.max_length_a,
                 self.max_length_b,
@@ -465,7 +466,7 @@ class Translator(tf.Module):
                 if seed is None
                 else tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
             )
-            return decoding.sample(
+            return sampling.sample(
                 self.model,
                 context_ids,
                 self.max_length,

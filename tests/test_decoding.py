@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, PAD_ID
+from keras_transformer.inference import beam, sampling
 from tests.helpers import tiny_transformer
 
 MAX_LENGTH = 16
@@ -25,8 +25,8 @@ def _live(result):
 
 
 def test_cached_greedy_equals_uncached(tiny):
-    cached = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
-    uncached = decoding.greedy_search(
+    cached = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
+    uncached = sampling.greedy_search(
         tiny.model, tiny.context_ids, MAX_LENGTH, use_cache=False, return_logits=True
     )
     # The trained model ends its rows: the comparison covers per-row stopping.
@@ -41,10 +41,10 @@ def test_cached_greedy_equals_uncached(tiny):
 
 def test_cached_equals_uncached_without_end(tiny):
     """All max_length steps, well past [END]: the cache positions stay right."""
-    cached = decoding.greedy_search(
+    cached = sampling.greedy_search(
         tiny.model, tiny.context_ids, MAX_LENGTH, stop_at_end=False, return_logits=True
     )
-    uncached = decoding.greedy_search(
+    uncached = sampling.greedy_search(
         tiny.model,
         tiny.context_ids,
         MAX_LENGTH,
@@ -58,7 +58,7 @@ def test_cached_equals_uncached_without_end(tiny):
 
 
 def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
-    result = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    result = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     tokens = result.tokens.numpy()
     start = np.full((len(tokens), 1), 2, np.int64)
     logits = tiny.model((tiny.context_ids, np.concatenate([start, tokens[:, :-1]], 1)))
@@ -69,12 +69,12 @@ def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
     np.testing.assert_allclose(result.scores.numpy(), expected, atol=1e-4)
     # Each row ends with its [END], 0 after it.
     for row, length in zip(tokens, result.lengths.numpy(), strict=True):
-        assert row[length - 1] == decoding.END_ID
+        assert row[length - 1] == sampling.END_ID
         assert not row[length:].any()
 
 
 def test_beam_width_one_equals_greedy(tiny):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 1, MAX_LENGTH, length_penalty_alpha=0.0)
     np.testing.assert_array_equal(beamed.tokens.numpy(), greedy.tokens.numpy())
     np.testing.assert_allclose(beamed.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
@@ -82,7 +82,7 @@ def test_beam_width_one_equals_greedy(tiny):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_never_scores_below_greedy(tiny, alpha):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 4, MAX_LENGTH, alpha)
 
     def ranked(result):
@@ -92,11 +92,11 @@ def test_beam_never_scores_below_greedy(tiny, alpha):
 
 
 def test_batch_equals_one_by_one(tiny):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
     for i, sentence in enumerate(tiny.sentences[:6]):
         ids = tiny.source_tokenizer.tokenize(tf.constant([sentence])).to_tensor()
-        alone = decoding.greedy_search(tiny.model, ids, MAX_LENGTH)
+        alone = sampling.greedy_search(tiny.model, ids, MAX_LENGTH)
         np.testing.assert_array_equal(alone.tokens.numpy()[0], greedy.tokens.numpy()[i])
         np.testing.assert_allclose(alone.scores.numpy()[0], greedy.scores.numpy()[i], atol=1e-4)
         alone = beam.beam_search(tiny.model, ids, 3, MAX_LENGTH)
@@ -104,11 +104,11 @@ def test_batch_equals_one_by_one(tiny):
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
-    first = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
-    again = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    first = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    again = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
     np.testing.assert_array_equal(first.tokens.numpy(), again.tokens.numpy())
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
-    top1 = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, top_k=1, seed=3)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    top1 = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, top_k=1, seed=3)
     np.testing.assert_array_equal(top1.tokens.numpy(), greedy.tokens.numpy())
     # Hot sampling departs from greedy somewhere and scores no better.
     assert not np.array_equal(first.tokens.numpy(), greedy.tokens.numpy())
@@ -117,7 +117,7 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
     # Streams of one seed (a translator's sub-batches) draw apart, and no stream
     # repeats a neighbouring seed's draws (as seed + stream would: (7, 1) ~ (8, 0)).
     def tokens(seed):
-        return decoding.sample(
+        return sampling.sample(
             tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=seed
         ).tokens.numpy()
 
@@ -128,16 +128,16 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
 
 def test_filter_logits_top_k_and_top_p():
     logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
-    kept = np.isfinite(decoding.filter_logits(logits, top_k=2).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_k=2).numpy())
     np.testing.assert_array_equal(kept, [[True, True, False, False]])
-    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.7).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_p=0.7).numpy())
     np.testing.assert_array_equal(kept, [[True, True, False, False]])
-    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.5).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_p=0.5).numpy())
     np.testing.assert_array_equal(kept, [[True, False, False, False]])
     with pytest.raises(ValueError, match="temperature"):
-        decoding.filter_logits(logits, temperature=0.0)
+        sampling.filter_logits(logits, temperature=0.0)
     with pytest.raises(ValueError, match="top_p"):
-        decoding.filter_logits(logits, top_p=0.0)
+        sampling.filter_logits(logits, top_p=0.0)
 
 
 def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
@@ -147,14 +147,14 @@ def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
         search(tiny.context_ids, tf.constant(2)).tokens.numpy(), eager.tokens.numpy()
     )
     assert search(tiny.context_ids[:0], tf.constant(3)).tokens.shape == (0, 8)
-    assert decoding.greedy_search(tiny.model, tiny.context_ids[:0], 8).tokens.shape == (0, 8)
+    assert sampling.greedy_search(tiny.model, tiny.context_ids[:0], 8).tokens.shape == (0, 8)
 
 
 def test_bad_arguments(tiny):
     with pytest.raises(ValueError, match="beam_width"):
         beam.beam_search(tiny.model, tiny.context_ids, 0)
     with pytest.raises(ValueError, match="max_length"):
-        decoding.greedy_search(tiny.model, tiny.context_ids, 0)
+        sampling.greedy_search(tiny.model, tiny.context_ids, 0)
     # A negative alpha would make the search's stop test stop rows too early.
     for alpha in (-0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="length_penalty_alpha"):
@@ -179,13 +179,13 @@ def test_source_relative_cap_bounds_every_row(tiny, search):
     untouched."""
     context_ids = tiny.context_ids
     free = (
-        decoding.greedy_search(tiny.model, context_ids, 20)
+        sampling.greedy_search(tiny.model, context_ids, 20)
         if search == "greedy"
         else beam.beam_search(tiny.model, context_ids, 3, 20)
     )
     limits = tf.constant(np.arange(len(context_ids)) % 8 + 1, tf.int32)
     capped = (
-        decoding.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
+        sampling.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
         if search == "greedy"
         else beam.beam_search(tiny.model, context_ids, 3, 20, row_limits=limits)
     )
@@ -208,7 +208,7 @@ def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
     limits = tf.constant(np.arange(len(tiny.context_ids)) % 3 + 2, tf.int32)
     kwargs = dict(stop_at_end=False, row_limits=limits)
     capped = (
-        decoding.greedy_search(tiny.model, tiny.context_ids, 12, **kwargs)
+        sampling.greedy_search(tiny.model, tiny.context_ids, 12, **kwargs)
         if search == "greedy"
         else beam.beam_search(tiny.model, tiny.context_ids, 3, 12, **kwargs)
     )
@@ -219,18 +219,18 @@ def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
 
 
 def test_source_relative_limits():
-    limits = decoding.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
+    limits = sampling.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
     np.testing.assert_array_equal(limits, [10, 16, 50])
     # Beyond int32's range before the clamp: still the export's maximum, not 1.
-    huge = decoding.source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
+    huge = sampling.source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
     np.testing.assert_array_equal(huge, [50, 50])
     # Below 1: one token, the row's [END].
-    below = decoding.source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
+    below = sampling.source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
     np.testing.assert_array_equal(below, [1, 1])
     for a, b in ((-1.0, 10.0), (float("nan"), 10.0), (float("inf"), 10.0), (1.5, float("nan"))):
         with pytest.raises(ValueError, match="max_length_"):
-            decoding.check_length_cap(a, b)
-    decoding.check_length_cap(None, 10.0)
+            sampling.check_length_cap(a, b)
+    sampling.check_length_cap(None, 10.0)
 
 
 def _sub_batch_search(tiny, search, seen=None):
@@ -240,7 +240,7 @@ def _sub_batch_search(tiny, search, seen=None):
         if seen is not None:
             seen.append(tuple(context_ids.shape))
         if search == "greedy":
-            return decoding.greedy_search(tiny.model, context_ids, MAX_LENGTH)
+            return sampling.greedy_search(tiny.model, context_ids, MAX_LENGTH)
         return beam.beam_search(tiny.model, context_ids, 3, MAX_LENGTH)
 
     return run
@@ -251,7 +251,7 @@ def test_sub_batches_give_the_results_of_one_batch(tiny, search):
     ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
     whole = _sub_batch_search(tiny, search)(ragged.to_tensor(), 0)
     seen = []
-    parts = decoding.in_sub_batches(_sub_batch_search(tiny, search, seen), ragged, 3, MAX_LENGTH)
+    parts = sampling.in_sub_batches(_sub_batch_search(tiny, search, seen), ragged, 3, MAX_LENGTH)
     # 16 rows, 3 at a time, in the rows' own order again.
     assert [rows for rows, _ in seen] == [3, 3, 3, 3, 3, 1]
     np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
@@ -259,7 +259,7 @@ def test_sub_batches_give_the_results_of_one_batch(tiny, search):
     np.testing.assert_allclose(parts.scores.numpy(), whole.scores.numpy(), atol=1e-5)
     # Traced, as in the SavedModel.
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(_sub_batch_search(tiny, search), ids, 5, MAX_LENGTH)
+        lambda ids: sampling.in_sub_batches(_sub_batch_search(tiny, search), ids, 5, MAX_LENGTH)
     )
     np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
@@ -273,20 +273,20 @@ def test_searches_in_flight_share_the_bound_and_give_the_same_results(tiny):
     for rows, bound, sizes in ((16, 8, [4, 4, 4, 4]), (5, 64, [3, 2]), (1, 64, [1])):
         seen = []
         search = _sub_batch_search(tiny, "greedy", seen)
-        parts = decoding.in_sub_batches(search, ragged[:rows], bound, MAX_LENGTH, in_flight=2)
+        parts = sampling.in_sub_batches(search, ragged[:rows], bound, MAX_LENGTH, in_flight=2)
         assert [size for size, _ in seen] == sizes
         np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy()[:rows])
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(
+        lambda ids: sampling.in_sub_batches(
             _sub_batch_search(tiny, "greedy"), ids, 6, MAX_LENGTH, in_flight=2
         )
     )
     np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
     with pytest.raises(ValueError, match="in_flight"):
-        decoding.in_sub_batches(search, ragged, 8, MAX_LENGTH, in_flight=0)
+        sampling.in_sub_batches(search, ragged, 8, MAX_LENGTH, in_flight=0)
     # The bound holds when in_flight does not divide it: 2 + 2 rows of 5, not 3 + 3.
-    assert decoding.rows_per_search(5, 2) == 2
+    assert sampling.rows_per_search(5, 2) == 2
 
 
 def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
@@ -305,14 +305,14 @@ def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
     ):
         seen = []
         search = _sub_batch_search(tiny, "greedy", seen)
-        parts = decoding.in_sub_batches(
+        parts = sampling.in_sub_batches(
             search, ragged, steps=MAX_LENGTH, balance_lengths=True, **kwargs
         )
         assert seen == sizes
         np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
         np.testing.assert_array_equal(parts.lengths.numpy(), whole.lengths.numpy())
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(
+        lambda ids: sampling.in_sub_batches(
             _sub_batch_search(tiny, "greedy"), ids, 64, MAX_LENGTH, 2, balance_lengths=True
         )
     )
@@ -327,7 +327,7 @@ def test_the_two_way_split_minimizes_the_larger_work():
     for rows in (2, 3, 17, 64):
         for _ in range(20):
             lengths = np.sort(rng.integers(0, 60, size=rows))
-            bounds = decoding.two_way_split(tf.constant(lengths)).numpy()
+            bounds = sampling.two_way_split(tf.constant(lengths)).numpy()
             assert bounds[0] == 0 and bounds[2] == rows and 1 <= bounds[1] < rows
 
             def work(k, lengths=lengths, rows=rows):
@@ -343,16 +343,16 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
     ragged = tiny.source_tokenizer.tokenize(tf.constant(sentences))
     seen = []
     search = _sub_batch_search(tiny, "greedy", seen)
-    result = decoding.in_sub_batches(search, ragged, 4, MAX_LENGTH)
+    result = sampling.in_sub_batches(search, ragged, 4, MAX_LENGTH)
     assert seen == [(4, 3), (4, 4), (4, 4), (4, 22)]
-    alone = decoding.greedy_search(tiny.model, ragged[7:8].to_tensor(), MAX_LENGTH)
+    alone = sampling.greedy_search(tiny.model, ragged[7:8].to_tensor(), MAX_LENGTH)
     np.testing.assert_array_equal(result.tokens.numpy()[7], alone.tokens.numpy()[0])
     with pytest.raises(ValueError, match="sub_batch_size"):
-        decoding.in_sub_batches(search, ragged, 0, MAX_LENGTH)
+        sampling.in_sub_batches(search, ragged, 0, MAX_LENGTH)
 
 
 SEARCHES_OF_MANY_ROWS = {
-    "greedy": lambda model, ids, **kwargs: decoding.greedy_search(model, ids, MAX_LENGTH, **kwargs),
+    "greedy": lambda model, ids, **kwargs: sampling.greedy_search(model, ids, MAX_LENGTH, **kwargs),
     "beam": lambda model, ids, **kwargs: beam.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
 }
 
@@ -380,7 +380,7 @@ def test_searches_over_many_rows_drop_ended_rows_with_the_same_results(
     uncached one). Rows end at limits of 1 to 8 tokens and (trained) at their [END],
     so rows leave at many steps."""
     run = SEARCHES_OF_MANY_ROWS[search]
-    rows = max(decoding.MATMUL_ATTENTION_ROWS, len(tiny.sentences))
+    rows = max(sampling.MATMUL_ATTENTION_ROWS, len(tiny.sentences))
     if weights == "trained":
         model = tiny.model
         context_ids = tf.constant(

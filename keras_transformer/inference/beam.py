@@ -1,6 +1,6 @@
 """Beam search over the decoder's key/value cache, with the GNMT length penalty.
 
-The same kind of loop as `decoding`'s searches (one `tf.while_loop`, batched, over the
+The same kind of loop as `sampling`'s searches (one `tf.while_loop`, batched, over the
 model's step interface, its attention form chosen by rows, `fixed_shapes` for
 XLA), with state of its own: each row's `width` best unfinished hypotheses and
 `width` best finished ones (`_Beams`). Each step keeps the best continuations
@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer import candidates, decoding
 from keras_transformer.constants import END_ID
+from keras_transformer.inference import candidates, sampling
 
 
 def length_penalty(length, alpha: float):
@@ -51,7 +51,7 @@ class _Beams(NamedTuple):
 
     @classmethod
     def start(cls, batch, width, steps: int) -> _Beams:
-        alive_seq = decoding.start_buffer([batch, width], steps)
+        alive_seq = sampling.start_buffer([batch, width], steps)
         # Only beam 0 is live at first, so the first step does not pick one token `width` times.
         first = tf.where(tf.range(width) == 0, 0.0, -math.inf)
         return cls(
@@ -81,7 +81,7 @@ def beam_search(
     row_limits=None,
     fixed_shapes: bool = False,
     fused_weights=None,
-) -> decoding.DecodeResult:
+) -> sampling.DecodeResult:
     """Beam search with the GNMT length penalty; returns the best hypothesis per row.
 
     Hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha
@@ -104,13 +104,13 @@ def beam_search(
         row_limits: optional int `(batch,)`, the most tokens each row may
             generate: at its limit every hypothesis of the row ends with [END],
             with `stop_at_end` or without.
-        fixed_shapes, fused_weights: as for `decoding.greedy_search`.
+        fixed_shapes, fused_weights: as for `sampling.greedy_search`.
     """
     if isinstance(beam_width, int) and beam_width <= 0:
         raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
     check_length_penalty(length_penalty_alpha)
     context_ids = tf.convert_to_tensor(context_ids)
-    steps = decoding.decode_length(model, max_length)
+    steps = sampling.decode_length(model, max_length)
     width = tf.cast(beam_width, tf.int32)
     if not isinstance(beam_width, int):
         # A width given as a tensor (an export's `translate_beam`) is checked in the graph,
@@ -152,7 +152,7 @@ def beam_search(
         top_log_prob, parent, token = candidates.best_candidates(
             logits, beams.alive_log_prob, 2 * width, must_end
         )
-        seqs = decoding.write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
+        seqs = sampling.write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
         ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
         if must_end is not None:  # at its limit a row ends, even where [END] is ordinary
             ends = tf.logical_or(ends, must_end[:, None])
@@ -189,8 +189,8 @@ def beam_search(
         # The beam axis is dynamic when `beam_width` is a tensor.
         invariants = (
             tf.TensorShape([]),
-            tf.nest.map_structure(lambda t: decoding.free_leading_dims(t, 2), beams),
-            tf.nest.map_structure(decoding.state_invariant, state),
+            tf.nest.map_structure(lambda t: sampling.free_leading_dims(t, 2), beams),
+            tf.nest.map_structure(sampling.state_invariant, state),
         )
         return beams, invariants
 
@@ -257,7 +257,7 @@ def beam_search(
             return live_rows_loop(matmul_attention)
         return loop(matmul_attention)
 
-    i, beams = decoding.attention_form_by_rows(
+    i, beams = sampling.attention_form_by_rows(
         batch * width, loop_by_form, use_cache and not fixed_shapes
     )
     # A row whose hypotheses all ran to max length has no finished one: take
@@ -267,4 +267,4 @@ def beam_search(
     tokens = tf.where(use_alive[:, None], beams.alive_seq[:, 0, 1:], beams.finished_seq[:, 0, 1:])
     lengths = tf.where(use_alive, i, beams.finished_length[:, 0])
     scores = tf.where(use_alive, beams.alive_log_prob[:, 0], beams.finished_log_prob[:, 0])
-    return decoding.DecodeResult(tokens, lengths, scores)
+    return sampling.DecodeResult(tokens, lengths, scores)
