@@ -7,7 +7,8 @@ import tensorflow as tf
 from benchmarks.profile_decode import step_ops
 from keras_transformer import decoder_step
 from keras_transformer.constants import PAD_ID
-from keras_transformer.inference import beam, sampling
+from keras_transformer.inference import beam, sampling, sub_batches
+from keras_transformer.inference.search import MATMUL_ATTENTION_ROWS
 from tests.helpers import tiny_transformer
 
 VOCAB = 30
@@ -165,7 +166,7 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
         return attend(*args, **kwargs)
 
     monkeypatch.setattr(decoder_step, "_attend", spy)
-    threshold = sampling.MATMUL_ATTENTION_ROWS
+    threshold = MATMUL_ATTENTION_ROWS
     rows = np.resize(SOURCE, (threshold + 1, SOURCE.shape[1]))
     rows[:, 1] = np.arange(len(rows)) % (VOCAB - 4) + 4  # rows that differ
 
@@ -221,10 +222,8 @@ def test_step_ops_finds_the_step_loop_inside_the_sub_batch_loop():
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
     def translate(source):
-        def search(context_ids, index):
-            return sampling.greedy_search(model, context_ids, 8)
-
-        return sampling.in_sub_batches(search, source, sub_batch_size=4, steps=8).tokens
+        search = sampling.GreedySearch(max_length=8)
+        return sub_batches.in_sub_batches(model, search, source, sub_batch_size=4).tokens
 
     ops = step_ops(translate.get_concrete_function())
     assert ops["ReadVariableOp"] == 0

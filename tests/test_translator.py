@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoder_step
+from keras_transformer.constants import END_ID
 from keras_transformer.inference import sampling
 from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
 from tests.helpers import tiny_transformer
@@ -67,7 +68,7 @@ def test_every_bad_row_gets_an_answer_and_spoils_no_other(translator, method):
     # The overlong source was cut to the model's max_length, [END] kept.
     context = mixed["context_ids"].numpy()
     assert context.shape[1] == translator.max_source_length
-    assert context[3, -1] == sampling.END_ID
+    assert context[3, -1] == END_ID
 
 
 def test_zero_rows_and_many_rows(translator):

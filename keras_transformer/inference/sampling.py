@@ -1,274 +1,36 @@
-"""In-graph search over the decoder's key/value cache: greedy and sampling, and the
-loop machinery that beam search (`beam.py`) shares.
+"""Greedy search and sampling: one token per row per step, over the decoder's cache.
 
-Every search runs as one `tf.while_loop`, batched, with each row stopping
-at its own [END]; `in_sub_batches` runs a search over a large batch a bounded
-number of rows at a time. The searches see the model only through its step interface:
-`decoding_start` (the source encoded once, cross-attention keys/values
-projected once, empty self-attention caches), `decoding_step` (the newest
-token in, the next token's logits out, its keys/values appended to a cache
-that grows a position a step), `reorder_decoding_state` (beam search) and
-`keep_decoding_rows` (greedy and beam search over many rows drop the rows that ended).
-
-Only TensorFlow ops are used (no XLA-only ops), so the searches can be
-exported in a SavedModel that the stock TF Serving model server runs; with
-`fixed_shapes` no loop value changes shape, so XLA can also compile them.
-
-All results are `DecodeResult`s: generated ids after [START] (with the [END]
-that closed a row, padded with 0 after it), the number of generated tokens
-(the [END] counted), and the log-probability of those tokens under the model.
-
-Greedy search and sampling are one loop (`_token_search`) that differ in how a
-step chooses its token. What beam search uses from here is public:
-`DecodeResult`, `decode_length`, the token buffers (`start_buffer`,
-`write_column`), the loop invariants of the state (`state_invariant`,
-`free_leading_dims`) and the choice of attention form by rows
-(`attention_form_by_rows`). The dependency runs one way: this module does not
-import beam search.
-
-Why one module of ~560 lines: it is one concept, the token-by-token search loop.
-Greedy search and sampling are the same `_token_search` (its two loops, one
-stepping every row and one only the rows still decoding, share the buffers,
-row limits and invariants), and `in_sub_batches` (with `rows_per_search`,
-`two_way_split`) is the wrapper every search is called through. Beam search,
-the one search with state of its own, already lives in `beam.py`; the next
-piece to move, if this grows, is `in_sub_batches` and its split, which touch
-no search's internals.
+Both are the one loop (`_token_search`), differing in how a step chooses its token:
+the most likely one (`GreedySearch`) or one drawn from the filtered distribution
+(`SamplingSearch`). The loop comes in two forms, one stepping every row and one only
+the rows still decoding (greedy search over many rows), which share the buffers, the
+row limits and the invariants (`search.py`). `greedy_search` and `sample` are the
+searches as functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID, PAD_ID, START_ID
-
-
-class DecodeResult(NamedTuple):
-    """Output of a search.
-
-    tokens: int64 `(batch, max_length)`, the generated ids after [START]; a row
-        ends with [END] (unless it hit `max_length`) and is 0-padded after it.
-    lengths: int32 `(batch,)`, generated tokens per row, [END] included.
-    scores: float32 `(batch,)`, the sum of the log-probabilities of the
-        generated tokens under the model (temperature 1, no filtering).
-    logits: float32 `(batch, steps, vocab)` of the steps run, if asked
-        (greedy and sampling only), else None.
-    """
-
-    tokens: tf.Tensor
-    lengths: tf.Tensor
-    scores: tf.Tensor
-    logits: tf.Tensor | None = None
-
-
-def decode_length(model, max_length: int | None) -> int:
-    """The number of decoding steps: `max_length`, at most what the model's positions allow."""
-    limit = int(model.max_length)
-    if max_length is None:
-        return limit
-    if int(max_length) <= 0:
-        raise ValueError(f"`max_length` must be a positive integer. Received: {max_length!r}")
-    return min(int(max_length), limit)
-
-
-def in_sub_batches(
-    search,
-    context_ids,
-    sub_batch_size: int,
-    steps: int,
-    in_flight: int = 1,
-    balance_lengths: bool = False,
-) -> DecodeResult:
-    """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
-
-    What bounds a serving call: however many rows a request holds, the graph
-    decodes only `sub_batch_size` of them at once, so its memory is that of one
-    sub-batch, and its ops stay small enough for other callers' ops to run
-    between them on the shared thread pools (one batch of 10,000 rows makes
-    every op long, and every other caller waits behind it).
-
-    `in_flight` searches run at once, each over `rows_per_search` rows (or
-    `rows / in_flight`, when fewer): a search's step is a chain of
-    small ops that keeps one core busy, so two searches side by side use a
-    second core that one search leaves idle, within the same memory bound.
-
-    Rows are sorted by source length first, as CTranslate2 does: a sub-batch
-    holds rows of similar length, so one long row pads only rows as long as it,
-    and its short neighbours do not wait for its decoding. Results come back
-    in the rows' own order.
-
-    Sorted, equal shares of rows are unequal shares of work: the search over
-    the shorter rows ends first, and its core idles while the longest rows
-    decode. With `balance_lengths` and two searches in flight, a batch that
-    fits in one round of them (at most `sub_batch_size` rows) is split by
-    work instead of rows: more of the short rows, fewer of the long ones. The
-    bound on rows decoded at once holds; what it gives up is a fixed most rows
-    per search, which XLA's compiled shapes need. (Larger batches are already
-    balanced by the loop: a new sub-batch starts as soon as one ends.)
-
-    Args:
-        search: `(context_ids, index) -> DecodeResult`: one search over
-            `context_ids`, int64 `(rows, length)` 0-padded; `index` is the
-            sub-batch's number (int32 scalar), for seeding.
-        context_ids: int64 `tf.RaggedTensor` `(batch, None)`, the source ids.
-        sub_batch_size: int. Most rows decoded at once, over all searches in flight.
-        steps: int. The width of `search`'s tokens.
-        in_flight: int. Searches run at once.
-        balance_lengths: bool. With `in_flight` 2, split a batch of at most
-            `sub_batch_size` rows by work, not by row count (see above).
-
-    Returns:
-        A `DecodeResult` of `batch` rows (without logits).
-    """
-    sub_batch_size, in_flight = int(sub_batch_size), int(in_flight)
-    if sub_batch_size <= 0:
-        raise ValueError(
-            f"`sub_batch_size` must be positive. Received: sub_batch_size={sub_batch_size}"
-        )
-    if in_flight <= 0:
-        raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
-    order = tf.argsort(context_ids.row_lengths(), stable=True)
-    sorted_ids = tf.gather(context_ids, order)
-    rows = tf.shape(order)[0]
-    # A batch smaller than the bound is split evenly over the searches in flight.
-    size = tf.maximum(
-        1, tf.minimum(rows_per_search(sub_batch_size, in_flight), -(-rows // in_flight))
-    )
-    count = (rows + size - 1) // size
-    # Sub-batch k is sorted rows bounds[k]:bounds[k + 1].
-    bounds = tf.minimum(tf.range(count + 1) * size, rows)
-    if balance_lengths and in_flight == 2:
-        uniform = bounds
-        bounds = tf.cond(
-            tf.logical_and(count == 2, rows <= sub_batch_size),
-            lambda: two_way_split(sorted_ids.row_lengths()),
-            lambda: uniform,
-        )
-
-    def body(index, tokens, lengths, scores):
-        # Padded to the longest row of this sub-batch only.
-        chunk = sorted_ids[bounds[index] : bounds[index + 1]].to_tensor()
-        result = search(chunk, index)
-        return (
-            index + 1,
-            tokens.write(index, result.tokens),
-            lengths.write(index, result.lengths),
-            scores.write(index, result.scores),
-        )
-
-    def array(dtype, shape):
-        return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
-
-    # parallel_iterations bounds the sub-batches in flight (and so the memory):
-    # they are independent, and the loop would otherwise run up to 10 at once. A
-    # bound below `in_flight` rows runs as many one-row searches as it allows.
-    _, tokens, lengths, scores = tf.while_loop(
-        lambda index, *_: index < count,
-        body,
-        (
-            tf.constant(0),
-            array(tf.int64, tf.TensorShape([None, steps])),
-            array(tf.int32, tf.TensorShape([None])),
-            array(tf.float32, tf.TensorShape([None])),
-        ),
-        parallel_iterations=min(in_flight, sub_batch_size),
-    )
-    restore = tf.math.invert_permutation(order)
-    return DecodeResult(
-        tf.gather(tokens.concat(), restore),
-        tf.gather(lengths.concat(), restore),
-        tf.gather(scores.concat(), restore),
-    )
-
-
-def two_way_split(sorted_lengths):
-    """Bounds `[0, k, rows]` splitting rows of ascending `sorted_lengths` into two
-    searches of about equal work (2 <= rows).
-
-    A search runs its rows for as many steps as its longest row needs, so its
-    work is about rows x longest length; `k` makes the larger of the two the
-    least it can be.
-    """
-    lengths = tf.cast(sorted_lengths, tf.float32)
-    rows = tf.shape(lengths, out_type=tf.int32)[0]
-    first = tf.range(1, rows)  # rows in the first search
-    work = tf.maximum(
-        lengths[:-1] * tf.cast(first, tf.float32),
-        lengths[-1] * tf.cast(rows - first, tf.float32),
-    )
-    k = tf.cast(tf.argmin(work), tf.int32) + 1
-    return tf.stack([0, k, rows])
-
-
-def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
-    """Most rows one of `in_flight` searches decodes, within `sub_batch_size` rows in all."""
-    return max(1, int(sub_batch_size) // int(in_flight))
-
-
-# Rows a search decodes at once from which a step's attention runs as batched matmuls
-# (`decoder_step._attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
-# 0.7x under oneDNN's (benchmarks/RESULTS.md). From as many rows greedy and beam search
-# also drop the rows that ended from their loops (their `live_rows_loop`s).
-MATMUL_ATTENTION_ROWS = 16
-
-
-def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
-    """`loop(matmul_attention)`, its attention form chosen by the search's row count.
-
-    The choice is made once, before the step loop: both loops are in the graph and
-    one runs. A `tf.cond` inside the step would cost every step its untaken branch.
-    The uncached path and a loop for XLA (`cached_and_dynamic` False) run the
-    broadcast form alone.
-    """
-    if not cached_and_dynamic:
-        return loop(False)
-    return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
-
-
-def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
-    """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
-
-    fairseq's `max_len_a` / `max_len_b`, except that the limit counts the row's [END]
-    (fairseq's does not): one row that never emits [END] costs its own few steps
-    instead of holding the whole batch to `max_length`.
-
-    Args:
-        source_lengths: int `(batch,)`, the real source tokens of each row.
-        a, b: finite floats (`check_length_cap`).
-    """
-    limits = tf.math.floor(a * tf.cast(source_lengths, tf.float32) + b)
-    # Clamped before the cast: a float beyond int32's range casts to its minimum.
-    return tf.cast(tf.clip_by_value(limits, 1.0, float(max_length)), tf.int32)
-
-
-def check_length_cap(a: float | None, b: float) -> None:
-    """`a` and `b` of `source_relative_limits`: finite, `a` >= 0 (or None: no cap)."""
-    if a is not None and not (math.isfinite(a) and a >= 0):
-        raise ValueError(f"`max_length_a` must be a finite number >= 0 or None. Received: {a}")
-    if not math.isfinite(b):
-        raise ValueError(f"`max_length_b` must be a finite number. Received: {b}")
-
-
-def write_column(buffer, column, values):
-    """`buffer` (batch, width) with `values` (batch,) added at `column` (which holds 0)."""
-    one_hot = tf.one_hot(column, tf.shape(buffer)[-1], dtype=buffer.dtype)
-    return buffer + values[..., None] * one_hot
-
-
-def start_buffer(batch_shape, length: int):
-    """int64 `batch_shape + (length + 1,)`: [START] then zeros."""
-    start = tf.fill(tf.concat([batch_shape, [1]], 0), tf.constant(START_ID, tf.int64))
-    rest = tf.zeros(tf.concat([batch_shape, [length]], 0), tf.int64)
-    return tf.concat([start, rest], axis=-1)
+from keras_transformer.constants import END_ID, PAD_ID
+from keras_transformer.inference.search import (
+    DecodeResult,
+    Search,
+    attention_form_by_rows,
+    free_leading_dims,
+    start_buffer,
+    state_invariant,
+    write_column,
+)
 
 
 def _token_search(
     model,
     context_ids,
-    max_length,
+    steps: int,
     choose,
     stop_at_end: bool,
     use_cache: bool,
@@ -278,15 +40,13 @@ def _token_search(
     drop_ended_rows: bool = False,
     fused_weights=None,
 ) -> DecodeResult:
-    """One token per row per step, chosen by `choose(logits, step) -> int64 ids`.
+    """`steps` tokens at most per row, one a step, chosen by `choose(logits, step) -> int64 ids`.
 
     A row whose `row_limits` entry is reached gets [END] as its last token.
     With `drop_ended_rows`, a search of many rows (the matmul form's) steps only the
     rows still decoding: `choose` must pick each row's token from its logits alone
     (greedy), as rows change places when others leave.
     """
-    context_ids = tf.convert_to_tensor(context_ids)
-    steps = decode_length(model, max_length)
     batch = tf.shape(context_ids)[0]
     vocab = model.target_vocab_size
     start_tokens = start_buffer([batch], steps)  # (batch, steps + 1)
@@ -414,51 +174,115 @@ def _token_search(
     return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
 
 
-def greedy_search(
-    model,
-    context_ids,
-    max_length: int | None = None,
-    stop_at_end: bool = True,
-    use_cache: bool = True,
-    return_logits: bool = False,
-    row_limits=None,
-    fixed_shapes: bool = False,
-    fused_weights=None,
-) -> DecodeResult:
-    """Greedy decoding: the most likely token at every step.
+def _most_likely(logits, step):
+    return tf.argmax(logits, axis=-1, output_type=tf.int64)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class GreedySearch(Search):
+    """Greedy search: the most likely token at every step.
+
+    Over `MATMUL_ATTENTION_ROWS` rows or more, the loop steps only the rows still
+    decoding (a row leaves the state at its [END]), with the same results.
 
     Args:
-        model: a built `Transformer`.
-        context_ids: int `(batch, source_length)` source ids, 0-padded.
-        max_length: most tokens to generate (capped by the model's max_length).
-        stop_at_end: stop a row at its [END]. False decodes exactly
-            `max_length` steps (benchmarks).
-        use_cache: False re-runs the encoder and the whole decoder prefix at
-            every step (the tutorial's way); the result is the same.
-        return_logits: also return each step's logits.
-        row_limits: optional int `(batch,)`, the most tokens each row may
-            generate ([END] included; see `source_relative_limits`): a row that
-            reaches its limit ends there with [END].
-        fixed_shapes: keep every loop shape fixed (caches of `max_length`
-            positions from the start), as a loop compiled by XLA needs; same
-            result.
-        fused_weights: the decoder's fused weights computed before
-            (`decoder_step.fused_weights`; a frozen translator's variables), or
-            None to compute them from the model's variables.
+        max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
+        return_logits: bool. Also return each step's logits (`DecodeResult.logits`).
+            Defaults to False.
+
+    Example:
+    >>> search = GreedySearch(max_length=32)
+    >>> result = search(model, context_ids)  # result.tokens: (batch, 32)
     """
-    return _token_search(
-        model,
-        context_ids,
-        max_length,
-        lambda logits, step: tf.argmax(logits, axis=-1, output_type=tf.int64),
-        stop_at_end,
-        use_cache,
-        return_logits,
-        row_limits,
-        fixed_shapes,
-        drop_ended_rows=True,
-        fused_weights=fused_weights,
-    )
+
+    return_logits: bool = False
+
+    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream):
+        return _token_search(
+            model,
+            context_ids,
+            steps,
+            _most_likely,
+            self.stop_at_end,
+            self.use_cache,
+            self.return_logits,
+            row_limits,
+            self.fixed_shapes,
+            drop_ended_rows=True,
+            fused_weights=fused_weights,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class SamplingSearch(Search):
+    """Sampling with temperature, top-k and top-p; the same seed gives the same output.
+
+    Every step draws with the key `(seed, stream)` folded with the step, so no two
+    (seed, stream) pairs share their draws: a translator gives each sub-batch its
+    stream (the call's `stream`; 0 when it is None). Scores are log-probabilities
+    under the unfiltered model distribution.
+
+    Args:
+        max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
+        return_logits: bool. Also return each step's logits. Defaults to False.
+        temperature: float > 0. The logits are divided by it. Defaults to 1.
+        top_k: int >= 0. Draw among the `top_k` most likely tokens only; 0 keeps
+            all. Defaults to 0.
+        top_p: float in (0, 1]. Draw within the smallest set of tokens whose
+            probability reaches it (nucleus sampling); 1 keeps all. Defaults to 1.
+        seed: int, an int pair `(seed, stream)` (the call's `stream` is then
+            ignored), or None: a fresh seed at each call. Defaults to None.
+    """
+
+    return_logits: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | tuple[int, int] | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_sampling(self.temperature, self.top_k, self.top_p)
+
+    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream):
+        seed = self.seed
+        if seed is None:
+            seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
+        key = tf.cast(seed, tf.int64)
+        if key.shape.rank == 0:
+            # Each stream of a seed draws apart (not seed + stream, whose draws
+            # another seed's next stream would repeat).
+            given = self.seed is not None and stream is not None
+            key = tf.stack([key, tf.cast(stream, tf.int64) if given else tf.constant(0, tf.int64)])
+
+        def choose(logits, step):
+            filtered = filter_logits(logits, self.temperature, self.top_k, self.top_p)
+            step_seed = tf.random.experimental.stateless_fold_in(key, tf.cast(step, tf.int64))
+            drawn = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int64)
+            return drawn[:, 0]
+
+        return _token_search(
+            model,
+            context_ids,
+            steps,
+            choose,
+            self.stop_at_end,
+            self.use_cache,
+            self.return_logits,
+            row_limits,
+            self.fixed_shapes,
+            fused_weights=fused_weights,
+        )
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Sampling's settings: `temperature` > 0, `top_k` >= 0, `top_p` in (0, 1]."""
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be positive. Received: temperature={temperature}")
+    if top_k < 0:
+        raise ValueError(f"`top_k` must be >= 0. Received: top_k={top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p}")
 
 
 def filter_logits(logits, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
@@ -467,12 +291,7 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int = 0, top_p: float
     Tokens outside the top `top_k` logits, or outside the smallest set whose
     probability reaches `top_p`, get -inf. `top_k=0` and `top_p=1` keep all.
     """
-    if temperature <= 0:
-        raise ValueError(f"`temperature` must be positive. Received: temperature={temperature}")
-    if top_k < 0:
-        raise ValueError(f"`top_k` must be >= 0. Received: top_k={top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p}")
+    check_sampling(temperature, top_k, top_p)
     logits = logits / temperature
     neg_inf = tf.constant(-math.inf, logits.dtype)
     if top_k:
@@ -489,6 +308,36 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int = 0, top_p: float
     return logits
 
 
+def greedy_search(
+    model,
+    context_ids,
+    max_length: int | None = None,
+    stop_at_end: bool = True,
+    use_cache: bool = True,
+    return_logits: bool = False,
+    row_limits=None,
+    fixed_shapes: bool = False,
+    fused_weights=None,
+) -> DecodeResult:
+    """Greedy decoding: the most likely token at every step (`GreedySearch` as a function).
+
+    Args:
+        model: a built `Transformer`.
+        context_ids: int `(batch, source_length)` source ids, 0-padded.
+        max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
+        return_logits: also return each step's logits.
+        row_limits, fused_weights: as for a `Search`'s call.
+    """
+    search = GreedySearch(
+        max_length=max_length,
+        stop_at_end=stop_at_end,
+        use_cache=use_cache,
+        fixed_shapes=fixed_shapes,
+        return_logits=return_logits,
+    )
+    return search(model, context_ids, row_limits=row_limits, fused_weights=fused_weights)
+
+
 def sample(
     model,
     context_ids,
@@ -502,55 +351,18 @@ def sample(
     row_limits=None,
     fused_weights=None,
 ) -> DecodeResult:
-    """Sampling with temperature, top-k and top-p; the same `seed` gives the same output.
+    """Sampling with temperature, top-k and top-p (`SamplingSearch` as a function).
 
-    `seed` is an int, or an int pair `(seed, stream)` (a translator gives each
-    sub-batch its stream); every step draws with the pair folded with the
-    step, so no two (seed, stream) pairs share their draws. Scores are
-    log-probabilities under the unfiltered model distribution; `row_limits`
-    and `fused_weights` as for `greedy_search`.
+    `seed` is an int, or an int pair `(seed, stream)`; the same `seed` gives the
+    same output. `row_limits` and `fused_weights` as for a `Search`'s call.
     """
-    filter_logits(tf.zeros([1, 2]), temperature, top_k, top_p)  # checks the arguments now
-    if seed is None:
-        seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
-    key = tf.cast(seed, tf.int64)
-    if key.shape.rank == 0:
-        key = tf.stack([key, tf.constant(0, tf.int64)])
-
-    def choose(logits, step):
-        filtered = filter_logits(logits, temperature, top_k, top_p)
-        step_seed = tf.random.experimental.stateless_fold_in(key, tf.cast(step, tf.int64))
-        drawn = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int64)
-        return drawn[:, 0]
-
-    return _token_search(
-        model,
-        context_ids,
-        max_length,
-        choose,
-        stop_at_end,
-        True,
-        return_logits,
-        row_limits,
-        fused_weights=fused_weights,
+    search = SamplingSearch(
+        max_length=max_length,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_at_end=stop_at_end,
+        return_logits=return_logits,
     )
-
-
-def free_leading_dims(tensor, count: int) -> tf.TensorShape:
-    """`tensor`'s shape with its first `count` axes unknown: the loop invariant of a
-    buffer whose row count (and beam width) is not fixed."""
-    shape = tensor.shape
-    if shape.rank is None or shape.rank < count:
-        return shape
-    return tf.TensorShape([None] * count + shape.as_list()[count:])
-
-
-def state_invariant(tensor) -> tf.TensorShape:
-    """A decoding state tensor's loop invariant: its rank only.
-
-    The self-attention caches grow by a position every step (a step attends over
-    what was decoded, not over `max_length` slots) unless `fixed_shapes`, and the
-    hypothesis axis is dynamic when `beam_width` is a tensor.
-    """
-    shape = tensor.shape
-    return shape if shape.rank is None else tf.TensorShape([None] * shape.rank)
+    return search(model, context_ids, row_limits=row_limits, fused_weights=fused_weights)
