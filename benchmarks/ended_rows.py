@@ -4,7 +4,7 @@ A search steps all its rows until its longest row ends, so a row that ended earl
 keeps costing a row's work each step. This counts, for an export's translations
 of `--batch` sentences at a time, the row-steps of rows still decoding against
 all row-steps run: each row needs its output's pieces plus [END]; its search (the
-rows split by source length as `decoding.in_sub_batches` splits a batch of at
+rows split by source length as `inference.sub_batches.in_sub_batches` splits a batch of at
 most `sub_batch_size` rows between two searches in flight) runs as many steps
 as its longest row. For beam search a row is a sentence and its length its
 chosen translation's: its other hypotheses may run longer, so read that figure
@@ -26,7 +26,7 @@ import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
 
 def live_share(translate, sentences, pieces, batch: int) -> tuple[int, int]:
     """(row-steps of live rows, row-steps run) over `sentences` in calls of `batch`."""
-    from keras_transformer import decoding
+    from keras_transformer.inference import sub_batches
 
     live = run = 0
     for start in range(0, len(sentences), batch):
@@ -38,7 +38,7 @@ def live_share(translate, sentences, pieces, batch: int) -> tuple[int, int]:
         if len(texts) < 2:
             bounds = [0, len(texts)]
         else:
-            bounds = decoding.two_way_split(tf.constant(source[order])).numpy().tolist()
+            bounds = sub_batches.two_way_split(tf.constant(source[order])).numpy().tolist()
         for begin, end in zip(bounds[:-1], bounds[1:], strict=False):
             rows = needed[order][begin:end]
             live += int(rows.sum())

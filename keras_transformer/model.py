@@ -202,7 +202,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
             return self.project(features), attention_scores
         return self.project(decoded)
 
-    # -- decoding: the step interface of the searches (inference/) --
+    # -- decoding: the step interface of the searches (`inference/`) --
     # Decoding for serving runs in TensorFlow graphs, on the TensorFlow backend.
     # The decoder's layers own the one-token step (`layers/step_ops.py`); the
     # model adds the encoder, the output projection and the beam's bookkeeping.

@@ -6,26 +6,34 @@ source cut at the source limit (and reported as cut), cached in-graph decoding
 over bounded sub-batches, and detokenization. That is what `export.py` writes
 into a SavedModel.
 
-Why one module of ~510 lines: every piece is a method of the one object a
+The translator holds its searches as objects built from its settings
+(`inference.sampling.GreedySearch`, `inference.beam.BeamSearch`; sampling's per
+call) and runs them through the sub-batches it owns (`inference.sub_batches`:
+the bound on rows decoded at once, and the padded shapes XLA compiles).
+
+Why one module of ~460 lines: every piece is a method of the one object a
 SavedModel tracks (its traced signatures, the source cut, the row limits, the
-optional XLA compilation of its searches, its frozen fused weights and
+choice of XLA compilation for its searches, its frozen fused weights and
 `frozen()`, the eager `__call__`), and they read the same settings off it; most
-of the length is the constructor's documented arguments and checks. If it
-grows, `_compiled` and `most_steps` (padding a sub-batch to a compiled shape
-and sizing its caches) are the piece to move into a module of their own,
-taking the settings as arguments.
+of the length is the constructor's documented arguments and checks.
 """
 
 from __future__ import annotations
 
-import functools
 import types
 from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.inference import sub_batches
+from keras_transformer.inference.beam import BeamSearch, check_length_penalty
+from keras_transformer.inference.sampling import GreedySearch, SamplingSearch
+from keras_transformer.inference.search import (
+    check_length_cap,
+    decode_length,
+    source_relative_limits,
+)
 from keras_transformer.layers import backend
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -76,7 +84,7 @@ class Translator(tf.Module):
     of zero rows gives zero rows.
 
     Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
-    source length together (`decoding.in_sub_batches`), so neither its memory
+    source length together (`sub_batches.in_sub_batches`), so neither its memory
     nor the wait it imposes on other callers grows with its row count or its
     longest row beyond one sub-batch of `max_source_length` tokens (the wait
     as long as the server has an inter-op thread per call it serves at once:
@@ -98,12 +106,12 @@ class Translator(tf.Module):
             over `sub_batch_size // in_flight` rows (a batch of fewer rows is
             split evenly among them; with the default 2 and no XLA, split by
             work: more of its short rows in one search, fewer of its long rows
-            in the other, `decoding.in_sub_batches`). Defaults to 2.
+            in the other, `sub_batches.in_sub_batches`). Defaults to 2.
         max_length_a, max_length_b: floats. A row also stops after
             `a * source_tokens + b` tokens (its last one then [END]), so one
             row that never ends does not hold its batch to `max_length`.
             Defaults to 1.5 and 10; `max_length_a=None` turns the cap off.
-        beam_width: int. Width of `beam_search`. Defaults to 4.
+        beam_width: int. Width of beam search (`BeamSearch`). Defaults to 4.
         length_penalty_alpha: float. GNMT length penalty of beam search.
             Defaults to 0.6.
         stop_at_end: bool. False always decodes `max_length` tokens
@@ -172,8 +180,8 @@ class Translator(tf.Module):
             )
         if in_flight <= 0:
             raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
-        decoding.check_length_cap(max_length_a, max_length_b)
-        beam.check_length_penalty(length_penalty_alpha)
+        check_length_cap(max_length_a, max_length_b)
+        check_length_penalty(length_penalty_alpha)
         if jit_compile and not use_cache:
             raise ValueError(
                 "`jit_compile` needs `use_cache`: XLA cannot compile the uncached "
@@ -206,7 +214,7 @@ class Translator(tf.Module):
         self.max_source_length = int(max_source_length)
         self.sub_batch_size = int(sub_batch_size)
         self.in_flight = int(in_flight)
-        self.max_length = decoding.decode_length(
+        self.max_length = decode_length(
             model, max_length or min(DEFAULT_MAX_LENGTH, int(model.max_length))
         )
         self.max_length_a = None if max_length_a is None else float(max_length_a)
@@ -216,6 +224,17 @@ class Translator(tf.Module):
         self.stop_at_end = bool(stop_at_end)
         self.use_cache = bool(use_cache)
         self.jit_compile = bool(jit_compile)
+        # The searches of `translate` and `translate_beam` (whose width each call sets).
+        searches = dict(
+            max_length=self.max_length,
+            stop_at_end=self.stop_at_end,
+            use_cache=self.use_cache,
+            fixed_shapes=self.jit_compile,
+        )
+        self.greedy = GreedySearch(**searches)
+        self.beam = BeamSearch(
+            **searches, beam_width=self.beam_width, length_penalty_alpha=self.length_penalty_alpha
+        )
 
     @property
     def model(self):
@@ -250,37 +269,37 @@ class Translator(tf.Module):
         end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
         return tf.concat([start, words, end], axis=1), truncated
 
-    def row_limits(self, context_ids):
-        """Most tokens each row may generate (None without a limit to apply)."""
+    def row_limits(self, ids):
+        """Most tokens each row of ragged `ids` may generate (None without a limit to apply).
+
+        With `jit_compile` there always is one: rows of padding only, added to reach a
+        compiled shape, get limit 1 (`sub_batches.CompiledSearch`) and the others one
+        they never reach."""
         if not self.stop_at_end:
             return None  # benchmarks decode exactly `max_length` steps
         if self.max_length_a is None and not self.jit_compile:
             return None
         # Real source tokens, without [START] and [END].
-        source_lengths = tf.math.count_nonzero(context_ids, axis=1, dtype=tf.int32) - 2
+        source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, 0), tf.int32), axis=1) - 2
         if self.max_length_a is None:
-            limits = tf.fill(tf.shape(source_lengths), self.max_length + 1)  # never reached
-        else:
-            limits = decoding.source_relative_limits(
-                source_lengths, self.max_length_a, self.max_length_b, self.max_length
-            )
-        # Rows of padding only (added to reach a compiled shape) end at their first step.
-        return tf.where(source_lengths < 0, 1, limits)
+            return tf.fill(tf.shape(source_lengths), self.max_length + 1)  # never reached
+        return source_relative_limits(
+            source_lengths, self.max_length_a, self.max_length_b, self.max_length
+        )
 
     def _translate(self, text, search) -> dict[str, tf.Tensor]:
-        """Every output of a search over `text` in sub-batches.
-
-        `search(context_ids, index) -> DecodeResult` decodes one sub-batch.
-        """
+        """Every output of `search` (a `Search`) over `text`, in sub-batches."""
         ids, truncated = self.source_tokens(text)
-        result = decoding.in_sub_batches(
+        result = sub_batches.in_sub_batches(
+            self.model,
             search,
             ids,
             self.sub_batch_size,
-            self.max_length,
             self.in_flight,
             # XLA's compiled searches take at most `rows_per_search` rows.
             balance_lengths=not self.jit_compile,
+            row_limits=self.row_limits(ids),
+            fused_weights=self.fused_weights,
         )
         ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
         return {
@@ -296,97 +315,42 @@ class Translator(tf.Module):
     def translate(self, text):
         """Greedy translation: dict of translation, score (log-prob), source_truncated,
         tokens, lengths, context_ids."""
-
-        def search(context_ids, index, steps=None):
-            return decoding.greedy_search(
-                self.model,
-                context_ids,
-                steps or self.max_length,
-                stop_at_end=self.stop_at_end,
-                use_cache=self.use_cache,
-                row_limits=self.row_limits(context_ids),
-                fixed_shapes=self.jit_compile,
-                fused_weights=self.fused_weights,
-            )
-
-        return self._translate(text, self._compiled(search))
+        return self._translate(text, self._compiled(self.greedy))
 
     @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC])
     def translate_beam(self, text, beam_width):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
-
-        def search(context_ids, index, steps=None):
-            return beam.beam_search(
-                self.model,
-                context_ids,
-                beam_width,
-                steps or self.max_length,
-                self.length_penalty_alpha,
-                stop_at_end=self.stop_at_end,
-                use_cache=self.use_cache,
-                row_limits=self.row_limits(context_ids),
-                fixed_shapes=self.jit_compile,
-                fused_weights=self.fused_weights,
-            )
-
+        search = self.beam.replace(beam_width=beam_width)
         return self._translate(text, self._compiled(search))
 
     def _compiled(self, search):
         """`search` compiled by XLA on padded shapes if `jit_compile`, else `search`.
 
-        `search(context_ids, index, steps)` decodes at most `steps` tokens. Sources
-        are padded to a multiple of `JIT_SOURCE_LENGTH_STEP` tokens, and each such
-        length gets its own compiled search whose caches hold only the steps the
-        source-relative cap allows a source of that length (XLA's caches have every
-        slot from the start, so a 16-token source, capped at 31 steps by default,
-        attends over 31 slots, not 128). Beam search compiles once per beam width too.
+        Sources are padded to a multiple of `JIT_SOURCE_LENGTH_STEP` tokens, and each
+        such length gets its own compiled search whose caches hold only the steps the
+        source-relative cap allows a source of that length (`most_steps`; XLA's caches
+        have every slot from the start, so a 16-token source, capped at 31 steps by
+        default, attends over 31 slots, not 128). Beam search compiles once per beam
+        width too.
         """
         if not self.jit_compile:
             return search
-        step = JIT_SOURCE_LENGTH_STEP
-        lengths = [*range(step, self.max_source_length, step), self.max_source_length]
-        steps = [self.most_steps(length) for length in lengths]
-        compiled = [
-            tf.function(functools.partial(search, steps=n), jit_compile=True) for n in steps
-        ]
-        # Rows are padded to 1, 2, 4 or a multiple of 8, within the rows one search
-        # decodes: a few shapes, and at most 7 rows of padding.
-        most_rows = decoding.rows_per_search(self.sub_batch_size, self.in_flight)
-        sizes = sorted({n for n in (1, 2, 4, *range(8, most_rows, 8)) if n < most_rows})
-        sizes = tf.constant([*sizes, most_rows])
-
-        def run(context_ids, index):
-            shape = tf.shape(context_ids)
-            rows, length = shape[0], shape[1]
-            padded_rows = tf.reduce_min(tf.boolean_mask(sizes, sizes >= rows))
-
-            def branch(k):
-                def decode():
-                    # Padded rows hold padding only: they end at once (`row_limits`)
-                    # and are dropped.
-                    padded = tf.pad(
-                        context_ids, [[0, padded_rows - rows], [0, lengths[k] - length]]
-                    )
-                    result = compiled[k](padded, index)
-                    tokens = tf.pad(result.tokens[:rows], [[0, 0], [0, self.max_length - steps[k]]])
-                    return tokens, result.lengths[:rows], result.scores[:rows]
-
-                return decode
-
-            bucket = tf.minimum((length - 1) // step, len(lengths) - 1)
-            tokens, lengths_out, scores = tf.switch_case(
-                bucket, [branch(k) for k in range(len(lengths))]
-            )
-            return decoding.DecodeResult(tokens, lengths_out, scores)
-
-        return run
+        step, longest = JIT_SOURCE_LENGTH_STEP, self.max_source_length
+        lengths = sub_batches.padded_source_lengths(step, longest)
+        return sub_batches.CompiledSearch(
+            search,
+            step,
+            longest,
+            [self.most_steps(length) for length in lengths],
+            sub_batches.rows_per_search(self.sub_batch_size, self.in_flight),
+        )
 
     def most_steps(self, source_length: int) -> int:
         """Most tokens any row of a sub-batch `source_length` wide may generate."""
         if self.max_length_a is None or not self.stop_at_end:
             return self.max_length
         with tf.init_scope():  # a number, also while a signature is traced
-            limits = decoding.source_relative_limits(
+            limits = source_relative_limits(
                 tf.constant([source_length - 2]),  # the longest real source fitting it
                 self.max_length_a,
                 self.max_length_b,
@@ -457,26 +421,10 @@ class Translator(tf.Module):
         return outputs
 
     def _sample(self, text, temperature, top_k, top_p, seed):
-        def search(context_ids, index):
-            # Each sub-batch draws from its own stream of the seed (not seed + index,
-            # whose draws another seed's next sub-batch would repeat).
-            sub_seed = (
-                None
-                if seed is None
-                else tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
-            )
-            return decoding.sample(
-                self.model,
-                context_ids,
-                self.max_length,
-                temperature,
-                top_k,
-                top_p,
-                sub_seed,
-                row_limits=self.row_limits(context_ids),
-                fused_weights=self.fused_weights,
-            )
-
+        # Each sub-batch draws from its own stream of the seed (`SamplingSearch`).
+        search = SamplingSearch(
+            max_length=self.max_length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+        )
         return tf.function(lambda text: self._translate(text, search))(text)
 
     def attention(self, context_ids, tokens) -> dict[str, Any]:

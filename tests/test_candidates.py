@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import candidates
 from keras_transformer.constants import END_ID
+from keras_transformer.inference import candidates
 
 
 def _flat_candidates(logits, alive_log_prob, k, must_end):

@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import profile_decode
-from keras_transformer import beam, decoding
 from keras_transformer.constants import PAD_ID
+from keras_transformer.inference import beam, sampling, sub_batches
+from keras_transformer.inference.search import MATMUL_ATTENTION_ROWS
 from keras_transformer.layers import step_ops
 from tests.helpers import tiny_transformer
 
@@ -91,8 +92,8 @@ def test_cached_searches_equal_uncached(variant):
     """Token for token through the in-graph loops, greedy and beam."""
     model = model_of(variant)
     source = tf.constant(SOURCE)
-    cached = decoding.greedy_search(model, source, 10, stop_at_end=False, return_logits=True)
-    uncached = decoding.greedy_search(
+    cached = sampling.greedy_search(model, source, 10, stop_at_end=False, return_logits=True)
+    uncached = sampling.greedy_search(
         model, source, 10, stop_at_end=False, use_cache=False, return_logits=True
     )
     np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
@@ -102,7 +103,7 @@ def test_cached_searches_equal_uncached(variant):
     np.testing.assert_array_equal(beamed.tokens.numpy(), beam_uncached.tokens.numpy())
     np.testing.assert_allclose(beamed.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
     # Caches of every position from the start (the shapes XLA needs): the same again.
-    fixed = decoding.greedy_search(
+    fixed = sampling.greedy_search(
         model, source, 10, stop_at_end=False, return_logits=True, fixed_shapes=True
     )
     np.testing.assert_array_equal(fixed.tokens.numpy(), uncached.tokens.numpy())
@@ -171,7 +172,7 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
         return attend(*args, **kwargs)
 
     monkeypatch.setattr(step_ops, "attend", spy)
-    threshold = decoding.MATMUL_ATTENTION_ROWS
+    threshold = MATMUL_ATTENTION_ROWS
     rows = np.resize(SOURCE, (threshold + 1, SOURCE.shape[1]))
     rows[:, 1] = np.arange(len(rows)) % (VOCAB - 4) + 4  # rows that differ
 
@@ -181,8 +182,8 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
         assert len(set(forms)) == 1, forms
         return forms[0], result
 
-    matmul, greedy = used(lambda: decoding.greedy_search(model, rows[:threshold], 10))
-    broadcast, part = used(lambda: decoding.greedy_search(model, rows[: threshold - 1], 10))
+    matmul, greedy = used(lambda: sampling.greedy_search(model, rows[:threshold], 10))
+    broadcast, part = used(lambda: sampling.greedy_search(model, rows[: threshold - 1], 10))
     assert matmul and not broadcast
     np.testing.assert_array_equal(greedy.tokens.numpy()[:-1], part.tokens.numpy())
     np.testing.assert_allclose(greedy.scores.numpy()[:-1], part.scores.numpy(), atol=1e-5)
@@ -196,7 +197,7 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
     np.testing.assert_allclose(whole.scores.numpy()[:-1], part.scores.numpy(), atol=1e-5)
     # A loop for XLA (fixed shapes) keeps the broadcast form at any row count.
     broadcast, fixed = used(
-        lambda: decoding.greedy_search(model, rows[:threshold], 10, fixed_shapes=True)
+        lambda: sampling.greedy_search(model, rows[:threshold], 10, fixed_shapes=True)
     )
     assert not broadcast
     np.testing.assert_array_equal(fixed.tokens.numpy(), greedy.tokens.numpy())
@@ -209,7 +210,7 @@ def test_the_step_reads_no_variable_and_moves_no_cache_in_the_loop():
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
     def greedy(source):
-        return decoding.greedy_search(model, source, 8).tokens
+        return sampling.greedy_search(model, source, 8).tokens
 
     ops = profile_decode.step_ops(
         greedy.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
@@ -229,10 +230,8 @@ def test_step_ops_finds_the_step_loop_inside_the_sub_batch_loop():
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
     def translate(source):
-        def search(context_ids, index):
-            return decoding.greedy_search(model, context_ids, 8)
-
-        return decoding.in_sub_batches(search, source, sub_batch_size=4, steps=8).tokens
+        search = sampling.GreedySearch(max_length=8)
+        return sub_batches.in_sub_batches(model, search, source, sub_batch_size=4).tokens
 
     ops = profile_decode.step_ops(translate.get_concrete_function())
     assert ops["ReadVariableOp"] == 0

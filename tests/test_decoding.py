@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import beam, decoding
 from keras_transformer.constants import END_ID, PAD_ID
+from keras_transformer.inference import beam, sampling, sub_batches
+from keras_transformer.inference.search import (
+    MATMUL_ATTENTION_ROWS,
+    check_length_cap,
+    source_relative_limits,
+)
 from tests.helpers import tiny_transformer
 
 MAX_LENGTH = 16
@@ -25,8 +30,8 @@ def _live(result):
 
 
 def test_cached_greedy_equals_uncached(tiny):
-    cached = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
-    uncached = decoding.greedy_search(
+    cached = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
+    uncached = sampling.greedy_search(
         tiny.model, tiny.context_ids, MAX_LENGTH, use_cache=False, return_logits=True
     )
     # The trained model ends its rows: the comparison covers per-row stopping.
@@ -41,10 +46,10 @@ def test_cached_greedy_equals_uncached(tiny):
 
 def test_cached_equals_uncached_without_end(tiny):
     """All max_length steps, well past [END]: the cache positions stay right."""
-    cached = decoding.greedy_search(
+    cached = sampling.greedy_search(
         tiny.model, tiny.context_ids, MAX_LENGTH, stop_at_end=False, return_logits=True
     )
-    uncached = decoding.greedy_search(
+    uncached = sampling.greedy_search(
         tiny.model,
         tiny.context_ids,
         MAX_LENGTH,
@@ -58,7 +63,7 @@ def test_cached_equals_uncached_without_end(tiny):
 
 
 def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
-    result = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    result = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     tokens = result.tokens.numpy()
     start = np.full((len(tokens), 1), 2, np.int64)
     logits = tiny.model((tiny.context_ids, np.concatenate([start, tokens[:, :-1]], 1)))
@@ -69,12 +74,12 @@ def test_greedy_scores_are_teacher_forced_log_probabilities(tiny):
     np.testing.assert_allclose(result.scores.numpy(), expected, atol=1e-4)
     # Each row ends with its [END], 0 after it.
     for row, length in zip(tokens, result.lengths.numpy(), strict=True):
-        assert row[length - 1] == decoding.END_ID
+        assert row[length - 1] == sampling.END_ID
         assert not row[length:].any()
 
 
 def test_beam_width_one_equals_greedy(tiny):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 1, MAX_LENGTH, length_penalty_alpha=0.0)
     np.testing.assert_array_equal(beamed.tokens.numpy(), greedy.tokens.numpy())
     np.testing.assert_allclose(beamed.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
@@ -82,7 +87,7 @@ def test_beam_width_one_equals_greedy(tiny):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_never_scores_below_greedy(tiny, alpha):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 4, MAX_LENGTH, alpha)
 
     def ranked(result):
@@ -92,11 +97,11 @@ def test_beam_never_scores_below_greedy(tiny, alpha):
 
 
 def test_batch_equals_one_by_one(tiny):
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
     beamed = beam.beam_search(tiny.model, tiny.context_ids, 3, MAX_LENGTH)
     for i, sentence in enumerate(tiny.sentences[:6]):
         ids = tiny.source_tokenizer.tokenize(tf.constant([sentence])).to_tensor()
-        alone = decoding.greedy_search(tiny.model, ids, MAX_LENGTH)
+        alone = sampling.greedy_search(tiny.model, ids, MAX_LENGTH)
         np.testing.assert_array_equal(alone.tokens.numpy()[0], greedy.tokens.numpy()[i])
         np.testing.assert_allclose(alone.scores.numpy()[0], greedy.scores.numpy()[i], atol=1e-4)
         alone = beam.beam_search(tiny.model, ids, 3, MAX_LENGTH)
@@ -104,11 +109,11 @@ def test_batch_equals_one_by_one(tiny):
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
-    first = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
-    again = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    first = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
+    again = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=7)
     np.testing.assert_array_equal(first.tokens.numpy(), again.tokens.numpy())
-    greedy = decoding.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
-    top1 = decoding.sample(tiny.model, tiny.context_ids, MAX_LENGTH, top_k=1, seed=3)
+    greedy = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH)
+    top1 = sampling.sample(tiny.model, tiny.context_ids, MAX_LENGTH, top_k=1, seed=3)
     np.testing.assert_array_equal(top1.tokens.numpy(), greedy.tokens.numpy())
     # Hot sampling departs from greedy somewhere and scores no better.
     assert not np.array_equal(first.tokens.numpy(), greedy.tokens.numpy())
@@ -117,7 +122,7 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
     # Streams of one seed (a translator's sub-batches) draw apart, and no stream
     # repeats a neighbouring seed's draws (as seed + stream would: (7, 1) ~ (8, 0)).
     def tokens(seed):
-        return decoding.sample(
+        return sampling.sample(
             tiny.model, tiny.context_ids, MAX_LENGTH, temperature=2.0, seed=seed
         ).tokens.numpy()
 
@@ -128,16 +133,16 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny):
 
 def test_filter_logits_top_k_and_top_p():
     logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
-    kept = np.isfinite(decoding.filter_logits(logits, top_k=2).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_k=2).numpy())
     np.testing.assert_array_equal(kept, [[True, True, False, False]])
-    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.7).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_p=0.7).numpy())
     np.testing.assert_array_equal(kept, [[True, True, False, False]])
-    kept = np.isfinite(decoding.filter_logits(logits, top_p=0.5).numpy())
+    kept = np.isfinite(sampling.filter_logits(logits, top_p=0.5).numpy())
     np.testing.assert_array_equal(kept, [[True, False, False, False]])
     with pytest.raises(ValueError, match="temperature"):
-        decoding.filter_logits(logits, temperature=0.0)
+        sampling.filter_logits(logits, temperature=0.0)
     with pytest.raises(ValueError, match="top_p"):
-        decoding.filter_logits(logits, top_p=0.0)
+        sampling.filter_logits(logits, top_p=0.0)
 
 
 def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
@@ -147,14 +152,14 @@ def test_in_graph_with_a_dynamic_beam_width_and_zero_rows(tiny):
         search(tiny.context_ids, tf.constant(2)).tokens.numpy(), eager.tokens.numpy()
     )
     assert search(tiny.context_ids[:0], tf.constant(3)).tokens.shape == (0, 8)
-    assert decoding.greedy_search(tiny.model, tiny.context_ids[:0], 8).tokens.shape == (0, 8)
+    assert sampling.greedy_search(tiny.model, tiny.context_ids[:0], 8).tokens.shape == (0, 8)
 
 
 def test_bad_arguments(tiny):
     with pytest.raises(ValueError, match="beam_width"):
         beam.beam_search(tiny.model, tiny.context_ids, 0)
     with pytest.raises(ValueError, match="max_length"):
-        decoding.greedy_search(tiny.model, tiny.context_ids, 0)
+        sampling.greedy_search(tiny.model, tiny.context_ids, 0)
     # A negative alpha would make the search's stop test stop rows too early.
     for alpha in (-0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="length_penalty_alpha"):
@@ -164,6 +169,48 @@ def test_bad_arguments(tiny):
     for width in (0, -3):
         with pytest.raises(tf.errors.InvalidArgumentError, match="beam_width must be positive"):
             search(tiny.context_ids, tf.constant(width))
+
+
+def test_searches_are_objects_built_with_their_settings_and_called_alike(tiny):
+    """Greedy, beam and sampling searches take their settings when built and are called
+    the same way, giving what their functions give; a seeded sampling search draws
+    from stream k of its seed as the pair (seed, k) does; bad settings fail when a
+    search is built (or copied), naming the argument."""
+    model, ids = tiny.model, tiny.context_ids
+    for search, function in (
+        (
+            sampling.GreedySearch(max_length=MAX_LENGTH),
+            lambda: sampling.greedy_search(model, ids, MAX_LENGTH),
+        ),
+        (
+            beam.BeamSearch(beam_width=3, max_length=MAX_LENGTH),
+            lambda: beam.beam_search(model, ids, 3, MAX_LENGTH),
+        ),
+        (
+            sampling.SamplingSearch(max_length=MAX_LENGTH, temperature=2.0, seed=7),
+            lambda: sampling.sample(model, ids, MAX_LENGTH, temperature=2.0, seed=7),
+        ),
+    ):
+        result, expected = search(model, ids), function()
+        assert result.tokens.shape == (len(ids), MAX_LENGTH)
+        np.testing.assert_array_equal(result.tokens.numpy(), expected.tokens.numpy())
+        np.testing.assert_allclose(result.scores.numpy(), expected.scores.numpy(), atol=1e-5)
+    seeded = sampling.SamplingSearch(max_length=MAX_LENGTH, temperature=2.0, seed=7)
+    fifth = seeded(model, ids, stream=5).tokens.numpy()
+    pair = sampling.sample(model, ids, MAX_LENGTH, temperature=2.0, seed=(7, 5))
+    np.testing.assert_array_equal(fifth, pair.tokens.numpy())
+    assert not np.array_equal(fifth, seeded(model, ids, stream=6).tokens.numpy())
+    assert beam.BeamSearch(beam_width=3).replace(beam_width=1).beam_width == 1
+    for build, name in (
+        (lambda: sampling.GreedySearch(max_length=0), "max_length"),
+        (lambda: sampling.SamplingSearch(temperature=0.0), "temperature"),
+        (lambda: sampling.SamplingSearch(top_k=-1), "top_k"),
+        (lambda: sampling.SamplingSearch(top_p=1.5), "top_p"),
+        (lambda: beam.BeamSearch(beam_width=0), "beam_width"),
+        (lambda: beam.BeamSearch().replace(length_penalty_alpha=-1.0), "length_penalty_alpha"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            build()
 
 
 def test_cached_beam_equals_uncached_beam(tiny):
@@ -179,13 +226,13 @@ def test_source_relative_cap_bounds_every_row(tiny, search):
     untouched."""
     context_ids = tiny.context_ids
     free = (
-        decoding.greedy_search(tiny.model, context_ids, 20)
+        sampling.greedy_search(tiny.model, context_ids, 20)
         if search == "greedy"
         else beam.beam_search(tiny.model, context_ids, 3, 20)
     )
     limits = tf.constant(np.arange(len(context_ids)) % 8 + 1, tf.int32)
     capped = (
-        decoding.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
+        sampling.greedy_search(tiny.model, context_ids, 20, row_limits=limits)
         if search == "greedy"
         else beam.beam_search(tiny.model, context_ids, 3, 20, row_limits=limits)
     )
@@ -208,7 +255,7 @@ def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
     limits = tf.constant(np.arange(len(tiny.context_ids)) % 3 + 2, tf.int32)
     kwargs = dict(stop_at_end=False, row_limits=limits)
     capped = (
-        decoding.greedy_search(tiny.model, tiny.context_ids, 12, **kwargs)
+        sampling.greedy_search(tiny.model, tiny.context_ids, 12, **kwargs)
         if search == "greedy"
         else beam.beam_search(tiny.model, tiny.context_ids, 3, 12, **kwargs)
     )
@@ -219,39 +266,48 @@ def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
 
 
 def test_source_relative_limits():
-    limits = decoding.source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
+    limits = source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
     np.testing.assert_array_equal(limits, [10, 16, 50])
     # Beyond int32's range before the clamp: still the export's maximum, not 1.
-    huge = decoding.source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
+    huge = source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
     np.testing.assert_array_equal(huge, [50, 50])
     # Below 1: one token, the row's [END].
-    below = decoding.source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
+    below = source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
     np.testing.assert_array_equal(below, [1, 1])
     for a, b in ((-1.0, 10.0), (float("nan"), 10.0), (float("inf"), 10.0), (1.5, float("nan"))):
         with pytest.raises(ValueError, match="max_length_"):
-            decoding.check_length_cap(a, b)
-    decoding.check_length_cap(None, 10.0)
+            check_length_cap(a, b)
+    check_length_cap(None, 10.0)
 
 
-def _sub_batch_search(tiny, search, seen=None):
-    """`search` ("greedy" or "beam") as `in_sub_batches` calls it, noting each sub-batch's shape."""
+class _Noting:
+    """`search` as `in_sub_batches` calls it, noting each sub-batch's shape in `seen`."""
 
-    def run(context_ids, index):
-        if seen is not None:
-            seen.append(tuple(context_ids.shape))
-        if search == "greedy":
-            return decoding.greedy_search(tiny.model, context_ids, MAX_LENGTH)
-        return beam.beam_search(tiny.model, context_ids, 3, MAX_LENGTH)
+    def __init__(self, search, seen=None):
+        self.search, self.seen = search, seen
 
-    return run
+    def steps(self, model):
+        return self.search.steps(model)
+
+    def __call__(self, model, context_ids, **kwargs):
+        if self.seen is not None:
+            self.seen.append(tuple(context_ids.shape))
+        return self.search(model, context_ids, **kwargs)
+
+
+def _sub_batch_search(search, seen=None):
+    """The search "greedy" or "beam" (of width 3), noting sub-batch shapes in `seen`."""
+    if search == "greedy":
+        return _Noting(sampling.GreedySearch(max_length=MAX_LENGTH), seen)
+    return _Noting(beam.BeamSearch(beam_width=3, max_length=MAX_LENGTH), seen)
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_sub_batches_give_the_results_of_one_batch(tiny, search):
     ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
-    whole = _sub_batch_search(tiny, search)(ragged.to_tensor(), 0)
+    whole = _sub_batch_search(search)(tiny.model, ragged.to_tensor())
     seen = []
-    parts = decoding.in_sub_batches(_sub_batch_search(tiny, search, seen), ragged, 3, MAX_LENGTH)
+    parts = sub_batches.in_sub_batches(tiny.model, _sub_batch_search(search, seen), ragged, 3)
     # 16 rows, 3 at a time, in the rows' own order again.
     assert [rows for rows, _ in seen] == [3, 3, 3, 3, 3, 1]
     np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
@@ -259,7 +315,7 @@ def test_sub_batches_give_the_results_of_one_batch(tiny, search):
     np.testing.assert_allclose(parts.scores.numpy(), whole.scores.numpy(), atol=1e-5)
     # Traced, as in the SavedModel.
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(_sub_batch_search(tiny, search), ids, 5, MAX_LENGTH)
+        lambda ids: sub_batches.in_sub_batches(tiny.model, _sub_batch_search(search), ids, 5)
     )
     np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
@@ -269,24 +325,24 @@ def test_searches_in_flight_share_the_bound_and_give_the_same_results(tiny):
     """With two searches in flight each takes half the bound, or half the rows when
     fewer; the results are those of one batch, also traced (where they run side by side)."""
     ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
-    whole = _sub_batch_search(tiny, "greedy")(ragged.to_tensor(), 0)
+    whole = _sub_batch_search("greedy")(tiny.model, ragged.to_tensor())
     for rows, bound, sizes in ((16, 8, [4, 4, 4, 4]), (5, 64, [3, 2]), (1, 64, [1])):
         seen = []
-        search = _sub_batch_search(tiny, "greedy", seen)
-        parts = decoding.in_sub_batches(search, ragged[:rows], bound, MAX_LENGTH, in_flight=2)
+        search = _sub_batch_search("greedy", seen)
+        parts = sub_batches.in_sub_batches(tiny.model, search, ragged[:rows], bound, in_flight=2)
         assert [size for size, _ in seen] == sizes
         np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy()[:rows])
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(
-            _sub_batch_search(tiny, "greedy"), ids, 6, MAX_LENGTH, in_flight=2
+        lambda ids: sub_batches.in_sub_batches(
+            tiny.model, _sub_batch_search("greedy"), ids, 6, in_flight=2
         )
     )
     np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
     assert traced(ragged[:0]).tokens.shape == (0, MAX_LENGTH)
     with pytest.raises(ValueError, match="in_flight"):
-        decoding.in_sub_batches(search, ragged, 8, MAX_LENGTH, in_flight=0)
+        sub_batches.in_sub_batches(tiny.model, search, ragged, 8, in_flight=0)
     # The bound holds when in_flight does not divide it: 2 + 2 rows of 5, not 3 + 3.
-    assert decoding.rows_per_search(5, 2) == 2
+    assert sub_batches.rows_per_search(5, 2) == 2
 
 
 def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
@@ -295,7 +351,7 @@ def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
     their fixed sub-batches, and the results are those of one batch."""
     sentences = ["one"] * 7 + [" ".join(["two"] * 20)] + ["three four"] * 8
     ragged = tiny.source_tokenizer.tokenize(tf.constant(sentences))
-    whole = _sub_batch_search(tiny, "greedy")(ragged.to_tensor(), 0)
+    whole = _sub_batch_search("greedy")(tiny.model, ragged.to_tensor())
     # Sorted lengths: 7 rows of 3 tokens, 8 of 4, one of 22. Equal rows would be
     # 8 x 4 and 8 x 22 tokens; by work, 14 x 4 (56) and 2 x 22 (44).
     for kwargs, sizes in (
@@ -304,16 +360,16 @@ def test_two_searches_split_a_batch_by_work_and_give_the_same_results(tiny):
         ({"sub_batch_size": 64, "in_flight": 4}, [(4, 3), (4, 4), (4, 4), (4, 22)]),
     ):
         seen = []
-        search = _sub_batch_search(tiny, "greedy", seen)
-        parts = decoding.in_sub_batches(
-            search, ragged, steps=MAX_LENGTH, balance_lengths=True, **kwargs
+        search = _sub_batch_search("greedy", seen)
+        parts = sub_batches.in_sub_batches(
+            tiny.model, search, ragged, balance_lengths=True, **kwargs
         )
         assert seen == sizes
         np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
         np.testing.assert_array_equal(parts.lengths.numpy(), whole.lengths.numpy())
     traced = tf.function(
-        lambda ids: decoding.in_sub_batches(
-            _sub_batch_search(tiny, "greedy"), ids, 64, MAX_LENGTH, 2, balance_lengths=True
+        lambda ids: sub_batches.in_sub_batches(
+            tiny.model, _sub_batch_search("greedy"), ids, 64, 2, balance_lengths=True
         )
     )
     np.testing.assert_array_equal(traced(ragged).tokens.numpy(), whole.tokens.numpy())
@@ -327,7 +383,7 @@ def test_the_two_way_split_minimizes_the_larger_work():
     for rows in (2, 3, 17, 64):
         for _ in range(20):
             lengths = np.sort(rng.integers(0, 60, size=rows))
-            bounds = decoding.two_way_split(tf.constant(lengths)).numpy()
+            bounds = sub_batches.two_way_split(tf.constant(lengths)).numpy()
             assert bounds[0] == 0 and bounds[2] == rows and 1 <= bounds[1] < rows
 
             def work(k, lengths=lengths, rows=rows):
@@ -342,17 +398,17 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
     sentences = ["one"] * 7 + [" ".join(["two"] * 20)] + ["three four"] * 8
     ragged = tiny.source_tokenizer.tokenize(tf.constant(sentences))
     seen = []
-    search = _sub_batch_search(tiny, "greedy", seen)
-    result = decoding.in_sub_batches(search, ragged, 4, MAX_LENGTH)
+    search = _sub_batch_search("greedy", seen)
+    result = sub_batches.in_sub_batches(tiny.model, search, ragged, 4)
     assert seen == [(4, 3), (4, 4), (4, 4), (4, 22)]
-    alone = decoding.greedy_search(tiny.model, ragged[7:8].to_tensor(), MAX_LENGTH)
+    alone = sampling.greedy_search(tiny.model, ragged[7:8].to_tensor(), MAX_LENGTH)
     np.testing.assert_array_equal(result.tokens.numpy()[7], alone.tokens.numpy()[0])
     with pytest.raises(ValueError, match="sub_batch_size"):
-        decoding.in_sub_batches(search, ragged, 0, MAX_LENGTH)
+        sub_batches.in_sub_batches(tiny.model, search, ragged, 0)
 
 
 SEARCHES_OF_MANY_ROWS = {
-    "greedy": lambda model, ids, **kwargs: decoding.greedy_search(model, ids, MAX_LENGTH, **kwargs),
+    "greedy": lambda model, ids, **kwargs: sampling.greedy_search(model, ids, MAX_LENGTH, **kwargs),
     "beam": lambda model, ids, **kwargs: beam.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
 }
 
@@ -380,7 +436,7 @@ def test_searches_over_many_rows_drop_ended_rows_with_the_same_results(
     uncached one). Rows end at limits of 1 to 8 tokens and (trained) at their [END],
     so rows leave at many steps."""
     run = SEARCHES_OF_MANY_ROWS[search]
-    rows = max(decoding.MATMUL_ATTENTION_ROWS, len(tiny.sentences))
+    rows = max(MATMUL_ATTENTION_ROWS, len(tiny.sentences))
     if weights == "trained":
         model = tiny.model
         context_ids = tf.constant(

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer.constants import END_ID
+from keras_transformer.inference import sampling
 from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
 from tests.helpers import tiny_transformer
 
@@ -45,7 +46,7 @@ def test_matches_the_search_on_token_ids(translator, tiny_translation_model):
     tiny = tiny_translation_model
     outputs = translator(tiny.sentences)
     ids = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences)).to_tensor()
-    result = decoding.greedy_search(tiny.model, ids, 16)
+    result = sampling.greedy_search(tiny.model, ids, 16)
     np.testing.assert_array_equal(outputs["tokens"].numpy(), result.tokens.numpy())
     np.testing.assert_allclose(outputs["score"].numpy(), result.scores.numpy(), atol=1e-5)
 
@@ -66,7 +67,7 @@ def test_every_bad_row_gets_an_answer_and_spoils_no_other(translator, method):
     # The overlong source was cut to the model's max_length, [END] kept.
     context = mixed["context_ids"].numpy()
     assert context.shape[1] == translator.max_source_length
-    assert context[3, -1] == decoding.END_ID
+    assert context[3, -1] == END_ID
 
 
 def test_zero_rows_and_many_rows(translator):

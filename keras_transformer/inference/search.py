@@ -1,0 +1,217 @@
+"""The search interface, and the loop machinery every search shares.
+
+A search is an object that holds its settings (`max_length`, `stop_at_end`,
+`use_cache`, `fixed_shapes`, and its own: a beam's width, sampling's temperature)
+and is called the same way whatever it is, as fairseq's SequenceGenerator and
+KerasHub's samplers are:
+
+    search = GreedySearch(max_length=32)
+    result = search(model, context_ids, row_limits=None, fused_weights=None, stream=None)
+
+`GreedySearch` and `SamplingSearch` live in `sampling.py`, `BeamSearch` in `beam.py`;
+running one over a large batch a bounded number of rows at a time is the translator's
+(`sub_batches.py`).
+
+Every search runs as one `tf.while_loop`, batched, with each row stopping at its own
+[END]. It sees the model only through its step interface: `decoding_start` (the
+source encoded once, cross-attention keys/values projected once, empty
+self-attention caches), `decoding_step` (the newest token in, the next token's
+logits out, its keys/values appended to a cache that grows a position a step),
+`reorder_decoding_state` (beam search) and `keep_decoding_rows` (greedy and beam
+search over many rows drop the rows that ended). The state is an opaque nest.
+
+Only TensorFlow ops are used (no XLA-only ops), so the searches can be exported in
+a SavedModel that the stock TF Serving model server runs; with `fixed_shapes` no
+loop value changes shape, so XLA can also compile them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+from keras_transformer.constants import START_ID
+
+
+class DecodeResult(NamedTuple):
+    """Output of a search.
+
+    tokens: int64 `(batch, max_length)`, the generated ids after [START]; a row
+        ends with [END] (unless it hit `max_length`) and is 0-padded after it.
+    lengths: int32 `(batch,)`, generated tokens per row, [END] included.
+    scores: float32 `(batch,)`, the sum of the log-probabilities of the
+        generated tokens under the model (temperature 1, no filtering).
+    logits: float32 `(batch, steps, vocab)` of the steps run, if asked
+        (greedy and sampling only), else None.
+    """
+
+    tokens: tf.Tensor
+    lengths: tf.Tensor
+    scores: tf.Tensor
+    logits: tf.Tensor | None = None
+
+
+def decode_length(model, max_length: int | None) -> int:
+    """The number of decoding steps: `max_length`, at most what the model's positions allow."""
+    limit = int(model.max_length)
+    if max_length is None:
+        return limit
+    check_max_length(max_length)
+    return min(int(max_length), limit)
+
+
+def check_max_length(max_length: int | None) -> None:
+    """`max_length`: a positive integer, or None (the model's own limit)."""
+    if max_length is not None and int(max_length) <= 0:
+        raise ValueError(f"`max_length` must be a positive integer. Received: {max_length!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class Search:
+    """A search over the decoder's key/value cache: settings in, one call per batch.
+
+    Subclasses (`GreedySearch`, `SamplingSearch`, `BeamSearch`) add their own
+    settings and write `_search`; each checks its settings when it is built
+    (ValueError naming the argument and the value). A search holds no model and no
+    weights, so one object serves every model and every call; `replace` gives a
+    copy with some settings changed (a translator's per-call beam width, its
+    compiled searches' steps).
+
+    Args:
+        max_length: int. Most tokens to generate, capped by the model's
+            `max_length`. Defaults to None: the model's.
+        stop_at_end: bool. Stop a row at its [END]. False treats [END] as an
+            ordinary token and decodes exactly `max_length` steps (benchmarks).
+            Defaults to True.
+        use_cache: bool. False re-runs the encoder and the whole decoder prefix
+            at every step (the tutorial's way, for benchmarks); the result is
+            the same. Defaults to True.
+        fixed_shapes: bool. Keep every loop shape fixed (caches of `max_length`
+            positions from the start), as a loop compiled by XLA needs; the
+            result is the same. Defaults to False.
+
+    Call arguments:
+        model: a built `Transformer`.
+        context_ids: int `(batch, source_length)` source ids, 0-padded.
+        row_limits: optional int `(batch,)`, the most tokens each row may
+            generate ([END] included; see `source_relative_limits`): a row that
+            reaches its limit ends there with [END], with `stop_at_end` or without.
+        fused_weights: the decoder's fused weights computed before
+            (`Transformer.fused_step_weights`; a frozen translator's variables), or
+            None to compute them from the model's variables.
+        stream: optional int scalar, the sub-batch's number: a seeded sampling
+            search draws from its own stream of the seed for each; the other
+            searches ignore it.
+
+    Returns:
+        A `DecodeResult`.
+    """
+
+    max_length: int | None = None
+    stop_at_end: bool = True
+    use_cache: bool = True
+    fixed_shapes: bool = False
+
+    def __post_init__(self):
+        check_max_length(self.max_length)
+
+    def __call__(
+        self, model, context_ids, row_limits=None, fused_weights=None, stream=None
+    ) -> DecodeResult:
+        context_ids = tf.convert_to_tensor(context_ids)
+        steps = self.steps(model)
+        return self._search(model, context_ids, steps, row_limits, fused_weights, stream)
+
+    def steps(self, model) -> int:
+        """The width of this search's tokens for `model`: its steps at most."""
+        return decode_length(model, self.max_length)
+
+    def replace(self, **changes: Any) -> Search:
+        """A copy with `changes` to its settings, checked as in the constructor."""
+        return dataclasses.replace(self, **changes)
+
+    def _search(
+        self, model, context_ids, steps: int, row_limits, fused_weights, stream
+    ) -> DecodeResult:
+        raise NotImplementedError
+
+
+# Rows a search decodes at once from which a step's attention runs as batched matmuls
+# (`layers.step_ops.attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
+# 0.7x under oneDNN's (benchmarks/RESULTS.md). From as many rows greedy and beam search
+# also drop the rows that ended from their loops (their `live_rows_loop`s).
+MATMUL_ATTENTION_ROWS = 16
+
+
+def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
+    """`loop(matmul_attention)`, its attention form chosen by the search's row count.
+
+    The choice is made once, before the step loop: both loops are in the graph and
+    one runs. A `tf.cond` inside the step would cost every step its untaken branch.
+    The uncached path and a loop for XLA (`cached_and_dynamic` False) run the
+    broadcast form alone.
+    """
+    if not cached_and_dynamic:
+        return loop(False)
+    return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
+
+
+def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
+    """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
+
+    fairseq's `max_len_a` / `max_len_b`, except that the limit counts the row's [END]
+    (fairseq's does not): one row that never emits [END] costs its own few steps
+    instead of holding the whole batch to `max_length`.
+
+    Args:
+        source_lengths: int `(batch,)`, the real source tokens of each row.
+        a, b: finite floats (`check_length_cap`).
+        max_length: int. The most any row may generate.
+    """
+    limits = tf.math.floor(a * tf.cast(source_lengths, tf.float32) + b)
+    # Clamped before the cast: a float beyond int32's range casts to its minimum.
+    return tf.cast(tf.clip_by_value(limits, 1.0, float(max_length)), tf.int32)
+
+
+def check_length_cap(a: float | None, b: float) -> None:
+    """`a` and `b` of `source_relative_limits`: finite, `a` >= 0 (or None: no cap)."""
+    if a is not None and not (math.isfinite(a) and a >= 0):
+        raise ValueError(f"`max_length_a` must be a finite number >= 0 or None. Received: {a}")
+    if not math.isfinite(b):
+        raise ValueError(f"`max_length_b` must be a finite number. Received: {b}")
+
+
+def write_column(buffer, column, values):
+    """`buffer` (batch, width) with `values` (batch,) added at `column` (which holds 0)."""
+    one_hot = tf.one_hot(column, tf.shape(buffer)[-1], dtype=buffer.dtype)
+    return buffer + values[..., None] * one_hot
+
+
+def start_buffer(batch_shape, length: int):
+    """int64 `batch_shape + (length + 1,)`: [START] then zeros."""
+    start = tf.fill(tf.concat([batch_shape, [1]], 0), tf.constant(START_ID, tf.int64))
+    rest = tf.zeros(tf.concat([batch_shape, [length]], 0), tf.int64)
+    return tf.concat([start, rest], axis=-1)
+
+
+def free_leading_dims(tensor, count: int) -> tf.TensorShape:
+    """`tensor`'s shape with its first `count` axes unknown: the loop invariant of a
+    buffer whose row count (and beam width) is not fixed."""
+    shape = tensor.shape
+    if shape.rank is None or shape.rank < count:
+        return shape
+    return tf.TensorShape([None] * count + shape.as_list()[count:])
+
+
+def state_invariant(tensor) -> tf.TensorShape:
+    """A decoding state tensor's loop invariant: its rank only.
+
+    The self-attention caches grow by a position every step (a step attends over
+    what was decoded, not over `max_length` slots) unless `fixed_shapes`, and the
+    hypothesis axis is dynamic when `beam_width` is a tensor.
+    """
+    shape = tensor.shape
+    return shape if shape.rank is None else tf.TensorShape([None] * shape.rank)
