@@ -65,7 +65,7 @@ def test_step_logits_equal_the_full_model(variant, matmul_attention):
         np.testing.assert_allclose(
             logits.numpy()[real], full[real, t], atol=1e-5, err_msg=f"step {t}"
         )
-        key_cache, value_cache = state.decoder.self_attention[0]  # values kept transposed
+        key_cache, value_cache = state.decoder.caches[0]  # values kept transposed
         assert key_cache.shape[2] == value_cache.shape[3] == t + 1
 
 
@@ -124,14 +124,14 @@ def test_mixed_precision_step_follows_the_model(variant):
     weights = state.weights
     kernels = [
         part.kernel
-        for layer in weights.decoder.layers
+        for layer in weights.decoder.blocks
         for sublayer in layer
         for part in sublayer
         if isinstance(part, step_ops.Projection)
     ]
     projection = weights.projection  # its own, or the tied table transposed
     kernels.append(getattr(projection, "kernel", projection))
-    assert len(kernels) > len(weights.decoder.layers)
+    assert len(kernels) > len(weights.decoder.blocks)
     assert {k.dtype for k in kernels} == {tf.bfloat16}
     for t in range(TARGET.shape[1]):
         logits, state = model.decoding_step(tf.constant(TARGET), t, state)

@@ -162,8 +162,8 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
 
     layers = frozen.fused_weights.decoder
     kinds = {
-        "query, key and value": [layer.self_attention.kernel for layer in layers],
-        "cross-attention query": [layer.cross_attention.kernel for layer in layers],
+        "query, key and value": [layer.query_key_value.kernel for layer in layers],
+        "cross-attention query": [layer.cross_query.kernel for layer in layers],
     }
     if tied:
         kinds["tied projection"] = [frozen.fused_weights.projection]
