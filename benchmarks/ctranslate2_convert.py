@@ -176,7 +176,7 @@ def main(argv=None) -> None:
     parser.add_argument("output_dir", help="where the CTranslate2 model goes")
     parser.add_argument("--average-last", type=int, default=None, help="as `export`")
     args = parser.parse_args(argv)
-    from keras_transformer import run_dir as run_dir_lib
+    from keras_transformer.training import run_dir as run_dir_lib
 
     try:
         model, source, target, _ = run_dir_lib.load_run(

@@ -51,14 +51,14 @@ from common import cpu_kernels
 
 from keras_transformer import Transformer
 from keras_transformer.constants import START_ID
-from keras_transformer.export import export_translator
-from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
-from keras_transformer.translator import (
+from keras_transformer.inference.export import export_translator
+from keras_transformer.inference.translator import (
     DEFAULT_MAX_LENGTH_A,
     DEFAULT_MAX_LENGTH_B,
     TEXT_SPEC,
     Translator,
 )
+from keras_transformer.text.tokenizers import Tokenizer, learn_vocabulary
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora" / "ted_pt_en"
 SIZE = dict(num_layers=4, d_model=128, num_heads=8, dff=512)
@@ -228,7 +228,8 @@ def compare_with_ctranslate2(args) -> None:
     import ctranslate2
     import ctranslate2_convert
 
-    from keras_transformer import export, run_dir
+    from keras_transformer.inference import export
+    from keras_transformer.training import run_dir
 
     sentences = read_lines(Path(args.source), args.sentences)
     model, source_tokenizer, target_tokenizer, _ = run_dir.load_run(

@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args(argv)
 
-    from keras_transformer.export import latest_version_dir
+    from keras_transformer.inference.export import latest_version_dir
 
     model = tf.saved_model.load(str(latest_version_dir(args.saved_model)))
     pieces = sentencepiece.SentencePieceProcessor(model_file=args.spm)

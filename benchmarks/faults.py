@@ -209,7 +209,7 @@ def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
     """The files of the run directory and of the exports that are there but do not load."""
     import h5py
 
-    from keras_transformer import backup, checkpoints, run_dir
+    from keras_transformer.training import backup, checkpoints, run_dir
 
     damaged = []
 
@@ -239,7 +239,7 @@ def _damaged_files(run: Path, model_dir: Path | None) -> list[str]:
 
 def _missing_files(run: Path, model_dir: Path) -> list[str]:
     """What a finished `demo` must have written but did not."""
-    from keras_transformer import run_dir
+    from keras_transformer.training import run_dir
 
     names = [run_dir.CONFIG_FILE, run_dir.SOURCE_SPM_FILE, run_dir.TARGET_SPM_FILE]
     names += [run_dir.BEST_CHECKPOINT, run_dir.LAST_CHECKPOINT, run_dir.HISTORY_FILE]
@@ -307,7 +307,7 @@ def _where(moment: dict) -> str:
 def training_section(args, work: Path) -> Table:
     config = work / "tiny.json"
     config.write_text(json.dumps({**TINY_RUN, "epochs": args.epochs}))
-    from keras_transformer import run_dir
+    from keras_transformer.training import run_dir
 
     rows, failures = [], []
     for i, moment in enumerate(draw_moments(args.kills, args.seed, args.epochs), start=1):

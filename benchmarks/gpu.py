@@ -2,7 +2,7 @@
 
 Runs where only Keras, keras-hub and JAX (or PyTorch) are installed, no TensorFlow:
 the batches come from prepared data (`keras-transformer prepare`, read by
-`keras_transformer.prepared`). For each size, both models train the same batches
+`keras_transformer.text.prepared`). For each size, both models train the same batches
 side by side in one process, step by step in alternating order (as
 `benchmarks/train.py --paired` does on CPU), after one warmup step on every batch
 shape (XLA compiles per shape). It prints real target tokens a second, MFU
@@ -96,7 +96,7 @@ def build(kind: str, size: dict, vocab_sizes, max_length: int):
 
 def batches_of(data_dir: str, batch_tokens: int, steps: int):
     """The first `steps` training batches of the prepared data (bucketed, shuffled)."""
-    from keras_transformer import prepared
+    from keras_transformer.text import prepared
 
     data = prepared.PreparedData(data_dir)
     stream = prepared.PreparedBatches(

@@ -32,7 +32,8 @@ SMALL_FILES = "run_files.tar"
 
 
 def train_run(args) -> None:
-    from keras_transformer import presets, train
+    from keras_transformer import train
+    from keras_transformer.training import presets
 
     settings = {
         **presets.settings(args.preset),
@@ -51,8 +52,8 @@ def train_run(args) -> None:
 
 def bring_back(run_dir: Path, out: Path) -> None:
     """The run's checkpoints without optimizer state, and its small files in one tar."""
-    from keras_transformer import checkpoints
-    from keras_transformer import run_dir as run_dir_lib
+    from keras_transformer.training import checkpoints
+    from keras_transformer.training import run_dir as run_dir_lib
 
     out.mkdir(parents=True, exist_ok=True)
     kept = [run_dir / run_dir_lib.BEST_CHECKPOINT] + run_dir_lib.epoch_checkpoints(run_dir)
@@ -69,7 +70,7 @@ def bring_back(run_dir: Path, out: Path) -> None:
 
 def restore(args) -> None:
     """A run directory from what `bring_back` wrote, for quality.py --eval-only."""
-    from keras_transformer import run_dir as run_dir_lib
+    from keras_transformer.training import run_dir as run_dir_lib
 
     brought, run_dir = Path(args.brought), Path(args.run_dir)
     if (run_dir / run_dir_lib.CONFIG_FILE).exists():

@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=15, help="op types listed by time")
     args = parser.parse_args(argv)
 
-    from keras_transformer.export import latest_version_dir
+    from keras_transformer.inference.export import latest_version_dir
 
     path = latest_version_dir(args.saved_model)
     signature = tf.saved_model.load(str(path)).signatures[args.signature]

@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from keras_transformer import evaluation, export
-from keras_transformer import run_dir as run_dir_lib
+from keras_transformer import evaluation
 from keras_transformer.cli import settings
-from keras_transformer.translator import Translator
+from keras_transformer.inference import export
+from keras_transformer.inference.translator import Translator
+from keras_transformer.training import run_dir as run_dir_lib
 
 ROOT = Path(__file__).resolve().parent.parent
 

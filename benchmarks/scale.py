@@ -2,7 +2,7 @@
 
 For each corpus size it prints, each measured in a process of its own (its
 peak resident memory is its own):
-- prepare: wall time and peak RSS of `keras_transformer.prepare`;
+- prepare: wall time and peak RSS of `keras_transformer.training.prepare`;
 - train from prepared data: seconds from the `train()` call to the end of the
   first training step, and peak RSS while training `--steps` steps;
 - the same for training from the text files (the way before prepared data),
@@ -68,8 +68,8 @@ def peak_rss_mb() -> float:
 
 
 def child_prepare(args) -> dict:
-    from keras_transformer import presets
-    from keras_transformer.prepare import prepare
+    from keras_transformer.training import presets
+    from keras_transformer.training.prepare import prepare
 
     config = {**presets.settings(PRESET), "src": args.src, "tgt": args.tgt}
     config.update(val_src=args.val_src, val_tgt=args.val_tgt)
@@ -81,8 +81,8 @@ def child_prepare(args) -> dict:
 def child_train(args) -> dict:
     import keras
 
-    from keras_transformer import prepared, presets
-    from keras_transformer.training import train
+    from keras_transformer.text import prepared
+    from keras_transformer.training import presets, train
 
     recipe = presets.settings(PRESET)
     config = {**recipe, "epochs": 1, "steps_per_epoch": args.steps, "seed": args.seed}
@@ -122,7 +122,8 @@ def child_train(args) -> dict:
 def child_loader(args) -> dict:
     """The loader alone: what its memory grows by while it opens the data, plans an
     epoch and makes `--steps` * 10 batches (peak RSS over the process before it)."""
-    from keras_transformer import prepared, presets
+    from keras_transformer.text import prepared
+    from keras_transformer.training import presets
 
     recipe = presets.settings(PRESET)
     before = current_rss_mb()

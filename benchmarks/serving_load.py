@@ -231,7 +231,7 @@ def long_row_cost(
 def _saved_model_dir(path: str | os.PathLike) -> Path:
     """`path` if it is a SavedModel, else its highest integer version directory."""
     # Here, in the calling process, the library may be imported; the worker must not.
-    from keras_transformer.export import latest_version_dir
+    from keras_transformer.inference.export import latest_version_dir
 
     return latest_version_dir(path)
 

@@ -86,7 +86,7 @@ CONFIGS = {
 
 
 def load_vocabularies(corpus: str, cache: str) -> tuple[str, str]:
-    from keras_transformer import tokenizers
+    from keras_transformer.text import tokenizers
 
     paths = []
     for lang in ("pt", "en"):
@@ -114,7 +114,7 @@ def text_pairs(corpus: str, count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def tokenizers_for(vocab_paths):
-    from keras_transformer import tokenizers
+    from keras_transformer.text import tokenizers
 
     return [tokenizers.Tokenizer(tokenizers.read_vocabulary(p)) for p in vocab_paths]
 
@@ -152,7 +152,7 @@ def padded_batches(pairs, vocab_paths, count):
 def bucketed_batches(pairs, vocab_paths, count):
     """The library's batching (`data.make_batches`): 64 sentences of similar length, padded
     to their bucket's length, in the order the buckets fill (no shuffling)."""
-    from keras_transformer import data
+    from keras_transformer.text import data
 
     source_tokenizer, target_tokenizer = tokenizers_for(vocab_paths)
     dataset = data.make_batches(

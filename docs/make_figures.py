@@ -24,8 +24,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from keras_transformer import corpora, demo, plotting, run_dir, training  # noqa: E402
-from keras_transformer.translator import Translator  # noqa: E402
+from keras_transformer import demo, plotting, training
+from keras_transformer.inference.translator import Translator  # noqa: E402
+from keras_transformer.text import corpora
+from keras_transformer.training import run_dir  # noqa: E402
 
 IMAGES = Path(__file__).resolve().parent / "images"
 

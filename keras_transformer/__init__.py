@@ -12,7 +12,6 @@ Where TensorFlow is not installed, the package still imports; the names below
 that need TensorFlow say so when used.
 """
 
-from keras_transformer.config import TrainConfig
 from keras_transformer.layers import (
     BaseAttention,
     CausalSelfAttention,
@@ -27,11 +26,12 @@ from keras_transformer.layers import (
     PositionalEmbedding,
     positional_encoding,
 )
-from keras_transformer.losses import MaskedLoss, masked_loss
-from keras_transformer.metrics import MaskedAccuracy, masked_accuracy
-from keras_transformer.model import Transformer
-from keras_transformer.schedules import CustomSchedule, WarmupSchedule, make_optimizer
+from keras_transformer.models.transformer import Transformer
 from keras_transformer.training import train
+from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.losses import MaskedLoss, masked_loss
+from keras_transformer.training.metrics import MaskedAccuracy, masked_accuracy
+from keras_transformer.training.schedules import CustomSchedule, WarmupSchedule, make_optimizer
 
 try:
     import tensorflow
@@ -39,7 +39,7 @@ except ImportError:  # serving needs TensorFlow; the layers and prepared data do
     tensorflow = None
 
 if tensorflow is not None:
-    from keras_transformer.translator import Translator
+    from keras_transformer.inference.translator import Translator
 
 # The names that need TensorFlow.
 _TENSORFLOW_NAMES = ("Translator",)

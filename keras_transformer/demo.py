@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from keras_transformer import corpora
-from keras_transformer.config import TrainConfig
-from keras_transformer.export import (
+from keras_transformer.inference.export import (
     DEFAULT_EXPORT_ROOT,
     check_export_name,
     export_run,
     load_translator,
     translate_texts,
 )
+from keras_transformer.text import corpora
 from keras_transformer.training import train
+from keras_transformer.training.config import TrainConfig
 
 if TYPE_CHECKING:
     import keras

@@ -19,8 +19,8 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from sacremoses.corpus import NonbreakingPrefixes
 from tqdm.auto import tqdm
 
-from keras_transformer import corpora
-from keras_transformer.export import load_translator, translate_texts
+from keras_transformer.inference.export import load_translator, translate_texts
+from keras_transformer.text import corpora
 
 DEFAULT_TOKENIZE = "13a"
 

@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from keras_transformer import layers
 from keras_transformer.constants import START_ID
+from keras_transformer.inference.translator import Translator as BatchTranslator
 from keras_transformer.layers import (
     BaseAttention,
     CausalSelfAttention,
@@ -53,11 +54,10 @@ from keras_transformer.layers import (
     PositionalEmbedding,
     validation,
 )
-from keras_transformer.losses import masked_loss
-from keras_transformer.metrics import masked_accuracy
-from keras_transformer.model import Transformer
-from keras_transformer.schedules import CustomSchedule
-from keras_transformer.translator import Translator as BatchTranslator
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.training.losses import masked_loss
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.schedules import CustomSchedule
 
 # The tutorial's longest sequence in tokens, and its translator's default.
 MAX_TOKENS = 128

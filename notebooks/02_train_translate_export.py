@@ -30,9 +30,12 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Image, display
 
-from keras_transformer import corpora, demo, evaluation, export, plotting, run_dir, training
+from keras_transformer import demo, evaluation, plotting, training
 from keras_transformer.demo import target_normalized
-from keras_transformer.translator import Translator
+from keras_transformer.inference import export
+from keras_transformer.inference.translator import Translator
+from keras_transformer.text import corpora
+from keras_transformer.training import run_dir
 
 QUICK = os.environ.get("KT_NOTEBOOK_QUICK") == "1"
 WORKDIR = Path(os.environ.get("KT_NOTEBOOK_WORKDIR", "../runs/notebooks")).resolve()

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import corpora, prepare, run_dir
 from keras_transformer.constants import RESERVED_TOKENS
-from keras_transformer.tokenizers import Tokenizer, learn_vocabulary
+from keras_transformer.text import corpora
+from keras_transformer.text.tokenizers import Tokenizer, learn_vocabulary
+from keras_transformer.training import prepare, run_dir
 from tests.helpers import TOKENIZER, tiny_transformer, tiny_transformer_kwargs, write_corpus
 
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]

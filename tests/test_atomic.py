@@ -3,7 +3,7 @@
 import pytest
 
 from keras_transformer import atomic
-from keras_transformer.tokenizers import read_vocabulary, write_vocabulary
+from keras_transformer.text.tokenizers import read_vocabulary, write_vocabulary
 
 
 class Killed(Exception):

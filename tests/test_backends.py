@@ -168,8 +168,10 @@ def test_trained_without_tensorflow_exported_and_served_by_tensorflow(
 ):
     import json
 
-    from keras_transformer import checkpoints, corpora, export, run_dir
-    from keras_transformer.translator import Translator
+    from keras_transformer.inference import export
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.text import corpora
+    from keras_transformer.training import checkpoints, run_dir
     from tests.helpers import TINY_MODEL, TOKENIZER
     from tests.test_export import serve_in_fresh_process
 
@@ -287,7 +289,7 @@ def test_the_train_command_runs_without_tensorflow_and_the_others_say_they_need_
 ):
     import json
 
-    from keras_transformer import run_dir
+    from keras_transformer.training import run_dir
 
     run = tmp_path / "run"
     tiny = "--tokenizer sentencepiece --shared-vocab true --vocab-size 300 --num-layers 1 "

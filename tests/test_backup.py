@@ -13,9 +13,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import backup, checkpoints, export, run_dir, training
-from keras_transformer.callbacks import RunHistory
-from keras_transformer.losses import MaskedLoss
+from keras_transformer import training
+from keras_transformer.inference import export
+from keras_transformer.training import backup, checkpoints, run_dir
+from keras_transformer.training.callbacks import RunHistory
+from keras_transformer.training.losses import MaskedLoss
 from tests.helpers import tiny_transformer
 from tests.test_training import TINY
 
@@ -79,7 +81,7 @@ def test_an_unreadable_backup_falls_back_to_the_newest_readable_state(tmp_path, 
     _truncate(backup.backup_path(tmp_path, 2))
     _record_history(tmp_path, 2)
     model = _compiled(seed=9)
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.backup"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.training.backup"):
         assert backup.restore(model, tmp_path, 2) == 1
     _assert_same_state(model, older)
     assert "epoch_0002.weights.h5 cannot be loaded" in caplog.text
@@ -120,7 +122,7 @@ def test_keras_backups_of_earlier_versions_are_read_and_a_damaged_one_is_passed_
     model = _compiled(seed=9)
     model.optimizer.build(model.trainable_variables)
     initial = _values(model)
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.backup"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.training.backup"):
         assert backup.restore(model, tmp_path, 2) == 0
     _assert_same_state(model, initial)  # not half loaded from the damaged file
     assert "training again from epoch 1" in caplog.text
@@ -174,7 +176,7 @@ def _with_callback(monkeypatch, callback, before=None):
         at = types.index(before) if before else len(callbacks)
         return [*callbacks[:at], callback, *callbacks[at:]]
 
-    monkeypatch.setattr(training, "make_callbacks", patched)
+    monkeypatch.setattr(training.run, "make_callbacks", patched)
 
 
 def _die_mid_write(monkeypatch, module, epoch: int) -> None:

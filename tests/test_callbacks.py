@@ -9,9 +9,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import callbacks as callbacks_lib
-from keras_transformer import checkpoints, run_dir
-from keras_transformer.callbacks import (
+from keras_transformer.training import callbacks as callbacks_lib
+from keras_transformer.training import checkpoints, run_dir
+from keras_transformer.training.callbacks import (
     Checkpoint,
     EpochCheckpoints,
     NonFiniteLoss,
@@ -19,8 +19,8 @@ from keras_transformer.callbacks import (
     TimeBudget,
     make_callbacks,
 )
-from keras_transformer.losses import MaskedLoss
-from keras_transformer.schedules import Cooldown, InverseSqrtSchedule, make_optimizer
+from keras_transformer.training.losses import MaskedLoss
+from keras_transformer.training.schedules import Cooldown, InverseSqrtSchedule, make_optimizer
 from tests.helpers import assert_close, tiny_transformer
 
 
@@ -177,7 +177,7 @@ def test_a_truncated_or_missing_best_checkpoint_is_written_by_the_next_epoch(tmp
     checkpoints.save_checkpoint(model, best, epoch=1, val_loss=0.1)
     best.write_bytes(best.read_bytes()[:3000])
     callback = Checkpoint(best, best_only=True, best_before=0.1)
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.callbacks"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.training.callbacks"):
         _fit_one_epoch(model, callback, val_loss=9.0)
     assert "best.keras is unreadable; the next epoch writes it again" in caplog.text
     assert checkpoints.read_record(best) == {"epoch": 1, "val_loss": 9.0}

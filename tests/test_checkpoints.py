@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from keras_transformer import checkpoints, run_dir
+from keras_transformer.training import checkpoints, run_dir
 from tests.helpers import BFLOAT16_ATOL, assert_close, tiny_transformer
 
 DATA = Path(__file__).parent / "data"

@@ -17,8 +17,9 @@ import pytest
 from PIL import Image
 
 import keras_transformer_launcher as launcher
-from keras_transformer import cli, export
-from keras_transformer.config import TrainConfig
+from keras_transformer import cli
+from keras_transformer.inference import export
+from keras_transformer.training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ["three one four", "one five nine two", "two six", "eight"]

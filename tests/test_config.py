@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from keras_transformer import cli, run_dir
-from keras_transformer.config import MODEL_SIZES, TrainConfig, read_config_file
+from keras_transformer import cli
 from keras_transformer.layers.options import BLOCK_OPTIONS
-from keras_transformer.model import MODEL_OPTIONS
+from keras_transformer.models.transformer import MODEL_OPTIONS
+from keras_transformer.training import run_dir
+from keras_transformer.training.config import MODEL_SIZES, TrainConfig, read_config_file
 
 # A run's config.json as the version before the explicit fields wrote it.
 CONFIG_V1 = Path(__file__).parent / "data" / "config_v1.json"
@@ -44,7 +45,7 @@ def test_a_config_json_of_the_earlier_version_loads_with_equal_values(tmp_path):
     assert read_config_file(CONFIG_V1) == written["training"]
     config.validate()
     # The sections derived from the settings are those the run wrote, so that the run
-    # resumes (training._check_same_run compares them).
+    # resumes (training.run._check_same_run compares them).
     model = written["model"]
     assert config.model_kwargs(model["input_vocab_size"], model["target_vocab_size"]) == model
     assert config.tokenizer_kwargs() == written["tokenizer"]

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from keras_transformer import corpora, data
-from keras_transformer.config import TrainConfig
+from keras_transformer.text import corpora, data
+from keras_transformer.training.config import TrainConfig
 
 
 def test_demo_corpus_is_deterministic_distinct_and_bilingual():
@@ -45,7 +45,7 @@ def test_misaligned_files_are_rejected_naming_both_files_and_counts(tmp_path):
 def test_empty_and_undecodable_lines_are_skipped_as_pairs_and_reported(tmp_path, caplog):
     src = _write(tmp_path / "s", [b"um", b"", b"tr\xc3\xaas", b"\xff quatro", b"cinco\r"])
     tgt = _write(tmp_path / "t", [b"one", b"two", b"  ", b"four", b"five"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.text.corpora"):
         pairs = corpora.read_parallel_files(src, tgt)
     # Every kept pair is still aligned (no shift after a skipped line).
     assert pairs == [("um", "one"), ("cinco", "five")]
@@ -65,7 +65,7 @@ def test_unicode_line_separators_inside_a_sentence_do_not_split_it(tmp_path):
 
 def test_read_tsv(tmp_path, caplog):
     path = _write(tmp_path / "c.tsv", [b"um\tone", b"no tab", b"a\tb\tc", "três\tthree".encode()])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.text.corpora"):
         assert corpora.read_tsv(path) == [("um", "one"), ("três", "three")]
     assert "skipped 2 of 4 lines" in caplog.text
 
@@ -112,7 +112,7 @@ def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
 def test_nul_bytes_and_latin_1_lines_are_counted_skips(tmp_path, caplog):
     src = _write(tmp_path / "s", [b"um", b"d\x00ois", b"tr\xeas", b"quatro"])  # Latin-1 "três"
     tgt = _write(tmp_path / "t", [b"one", b"two", b"three", b"fo\x00ur"])
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.corpora"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.text.corpora"):
         assert corpora.read_parallel_files(src, tgt) == [("um", "one")]
     assert "skipped 3 of 4 lines" in caplog.text
     assert "NUL bytes in source (line 2)" in caplog.text

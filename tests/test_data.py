@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import corpora, data
 from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.text import corpora, data
 
 
 def _batches(pairs, tokenizers, **kwargs):
@@ -106,7 +106,7 @@ def test_cardinality_is_the_number_of_batches_of_every_epoch(
 
 @pytest.fixture(scope="module")
 def joint_sentencepiece(demo_pairs):
-    from keras_transformer.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
+    from keras_transformer.text.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
 
     texts = corpora.texts(demo_pairs, 0) + corpora.texts(demo_pairs, 1)
     return SentencePieceTokenizer(learn_sentencepiece_model(texts, vocab_size=400))

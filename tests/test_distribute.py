@@ -46,7 +46,7 @@ def naive_loss(label, pred):
     """The per-replica mean of real tokens: what a plain masked mean does under fit."""
     import tensorflow as tf
 
-    from keras_transformer.losses import token_losses
+    from keras_transformer.training.losses import token_losses
 
     loss, mask = token_losses(label, pred)
     return tf.math.divide_no_nan(tf.reduce_sum(loss), tf.reduce_sum(mask))
@@ -57,7 +57,7 @@ def train(strategy, loss):
     import keras
     import tensorflow as tf
 
-    from keras_transformer.distribute import shard_by_data
+    from keras_transformer.training.distribute import shard_by_data
     from tests.helpers import tiny_transformer
 
     (context, target_in), target_out = make_batches()
@@ -79,8 +79,8 @@ def train(strategy, loss):
 def worker_main(out_dir):
     import keras
 
-    from keras_transformer.distribute import get_strategy
-    from keras_transformer.losses import MaskedLoss
+    from keras_transformer.training.distribute import get_strategy
+    from keras_transformer.training.losses import MaskedLoss
 
     keras.config.disable_traceback_filtering()  # full tracebacks in the test's failure output
     strategy = get_strategy("multi_worker")
@@ -104,7 +104,7 @@ def load_weights(path):
 def test_two_workers_match_single_process_global_batch():
     import tensorflow as tf
 
-    from keras_transformer.losses import MaskedLoss
+    from keras_transformer.training.losses import MaskedLoss
 
     with tempfile.TemporaryDirectory() as out_dir:
         procs = start_workers(2, [os.path.abspath(__file__), "worker", out_dir])
@@ -136,7 +136,7 @@ def test_two_workers_match_single_process_global_batch():
 def test_get_strategy_names():
     import tensorflow as tf
 
-    from keras_transformer.distribute import get_strategy
+    from keras_transformer.training.distribute import get_strategy
 
     assert get_strategy("default") is tf.distribute.get_strategy()
     mirrored = get_strategy("mirrored")
@@ -149,7 +149,7 @@ def test_get_strategy_names():
 def test_global_token_mean_without_strategy_is_local_mean():
     import tensorflow as tf
 
-    from keras_transformer.losses import masked_loss
+    from keras_transformer.training.losses import masked_loss
 
     label = tf.constant([[5, 6, 0, 0], [7, 0, 0, 0]])
     logits = tf.random.stateless_normal((2, 4, 9), seed=(1, 2))

@@ -105,7 +105,7 @@ def test_misaligned_inputs_are_rejected(tmp_path):
 
 
 def test_scores_an_exported_saved_model(tiny_translation_model, tmp_path):
-    from keras_transformer.export import export_translator
+    from keras_transformer.inference.export import export_translator
 
     tiny = tiny_translation_model
     export_dir = export_translator(

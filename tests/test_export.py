@@ -11,9 +11,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_transformer import corpora, export
-from keras_transformer.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
-from keras_transformer.translator import JIT_SOURCE_LENGTH_STEP, Translator
+from keras_transformer.inference import export
+from keras_transformer.inference.translator import JIT_SOURCE_LENGTH_STEP, Translator
+from keras_transformer.text import corpora
+from keras_transformer.text.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
 from tests.helpers import tiny_transformer
 
 # Runs in a fresh interpreter where `import keras_transformer` fails.

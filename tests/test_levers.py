@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.layers import query_chunks
-from keras_transformer.losses import MaskedLoss, masked_loss
-from keras_transformer.metrics import MaskedAccuracy, TargetTokens
+from keras_transformer.training.losses import MaskedLoss, masked_loss
+from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
 from tests.helpers import tiny_transformer
 
 VOCAB = 16

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.losses import MaskedLoss, masked_loss
+from keras_transformer.training.losses import MaskedLoss, masked_loss
 
 
 def _logits_and_labels(seed=0, vocab=7):

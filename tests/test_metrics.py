@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_transformer.metrics import MaskedAccuracy, masked_accuracy
+from keras_transformer.training.metrics import MaskedAccuracy, masked_accuracy
 
 
 def test_masked_accuracy_counts_real_tokens_only():

@@ -9,9 +9,9 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import masks
-from keras_transformer.losses import MaskedLoss
-from keras_transformer.metrics import masked_accuracy
-from keras_transformer.schedules import make_optimizer
+from keras_transformer.training.losses import MaskedLoss
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.schedules import make_optimizer
 from tests.helpers import BFLOAT16_ATOL, assert_close, tiny_transformer, token_ids
 
 VOCAB = 48

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keras_transformer import data, prepare, prepared, run_dir
 from keras_transformer.cli import main as cli_main
-from keras_transformer.training import train
+from keras_transformer.text import data, prepared
+from keras_transformer.training import prepare, run_dir, train
 from tests.helpers import (
     TINY_MODEL,
     TOKENIZER,
@@ -234,7 +234,7 @@ def test_the_loader_runs_without_tensorflow(prepared_dir):
         import sys
         sys.modules["tensorflow"] = None  # any import of it fails
         import keras_transformer
-        from keras_transformer import prepared
+        from keras_transformer.text import prepared
         batches = prepared.PreparedBatches(
             prepared.PreparedData({str(prepared_dir)!r}).split("train"), batch_size=32
         )

@@ -2,8 +2,9 @@
 
 import pytest
 
-from keras_transformer import cli, presets
-from keras_transformer.config import TrainConfig
+from keras_transformer import cli
+from keras_transformer.training import presets
+from keras_transformer.training.config import TrainConfig
 
 
 @pytest.mark.parametrize("name", sorted(presets.PRESETS))

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from keras_transformer import checkpoints, run_dir, training
+from keras_transformer import training
+from keras_transformer.training import checkpoints, run_dir
 from tests.test_cli import user_error
 from tests.test_training import TINY
 

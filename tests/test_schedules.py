@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.schedules import (
+from keras_transformer.training.schedules import (
     Cooldown,
     CustomSchedule,
     InverseSqrtSchedule,

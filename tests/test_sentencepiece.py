@@ -11,9 +11,9 @@ import sentencepiece
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from keras_transformer import corpora
 from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
-from keras_transformer.tokenizers import (
+from keras_transformer.text import corpora
+from keras_transformer.text.tokenizers import (
     SentencePieceTokenizer,
     learn_sentencepiece_model,
     normalize_text,

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from benchmarks.serving_load import long_row_cost
-from keras_transformer import export
-from keras_transformer.translator import Translator
+from keras_transformer.inference import export
+from keras_transformer.inference.translator import Translator
 from tests.helpers import tiny_transformer
 
 NORMAL = ["three one four", "nine five", "two six", "seven"]

@@ -7,16 +7,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli, corpora, run_dir, training
-from keras_transformer.config import TrainConfig
+from keras_transformer import cli, training
 from keras_transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
-from keras_transformer.tokenizers import (
+from keras_transformer.text import corpora
+from keras_transformer.text.tokenizers import (
     SentencePieceTokenizer,
     Tokenizer,
     learn_vocabulary,
     read_vocabulary,
     write_vocabulary,
 )
+from keras_transformer.training import run_dir
+from keras_transformer.training.config import TrainConfig
 from tests.helpers import graph_op_types
 
 PORTUGUESE = [
@@ -163,7 +165,7 @@ def test_build_tokenizers_learns_sentencepiece_once_and_reuses_it(
     def must_not_learn(*args, **kwargs):
         raise AssertionError("a resumed run learned its tokenizer again")
 
-    monkeypatch.setattr(training, "learn_sentencepiece_model", must_not_learn)
+    monkeypatch.setattr(training.run, "learn_sentencepiece_model", must_not_learn)
     again_source, again_target = training.build_tokenizers(config, train_pairs, tmp_path)
     assert _learned_files(tmp_path) == files
     ids = again_target.tokenize(sentence).to_list()

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from keras_transformer.constants import END_ID
 from keras_transformer.inference import sampling
-from keras_transformer.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
+from keras_transformer.inference.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
 from tests.helpers import tiny_transformer
 
 BAD_INPUTS = [

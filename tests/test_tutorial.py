@@ -38,7 +38,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID  # noqa: E402
-from keras_transformer.tokenizers import Tokenizer  # noqa: E402
+from keras_transformer.text.tokenizers import Tokenizer  # noqa: E402
 
 # -- the notebook's code cells: (cell number in the notebook, source) ---------------------
 

@@ -7,7 +7,7 @@ import argparse
 from keras_transformer import demo
 from keras_transformer.cli import settings
 from keras_transformer.cli.common import add_common_flags
-from keras_transformer.export import DEFAULT_EXPORT_ROOT
+from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from keras_transformer import plotting
 from keras_transformer.cli.common import BEAM_HELP, UserError, add_common_flags, require_positive
-from keras_transformer.run_dir import BEST_CHECKPOINT, HISTORY_FILE, load_run
-from keras_transformer.translator import Translator
+from keras_transformer.inference.translator import Translator
+from keras_transformer.training.run_dir import BEST_CHECKPOINT, HISTORY_FILE, load_run
 
 
 def add_plot_parser(subparsers) -> None:

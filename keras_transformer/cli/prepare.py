@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer import prepare as prepare_lib
 from keras_transformer.cli import settings
 from keras_transformer.cli.common import add_common_flags
+from keras_transformer.training import prepare as prepare_lib
 
 # The settings `prepare` reads: the corpus, its validation set, the tokenizer, the seed.
 PREPARE_SETTINGS = (

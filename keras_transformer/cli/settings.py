@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from keras_transformer import presets
 from keras_transformer.cli.common import optional, parse_bool
-from keras_transformer.config import TrainConfig, read_config_file
-from keras_transformer.config_checks import TRAINING_DATA_PATHS
+from keras_transformer.training import presets
+from keras_transformer.training.config import TrainConfig, read_config_file
+from keras_transformer.training.config_checks import TRAINING_DATA_PATHS
 
 
 def _fit_verbosity(text: str) -> str | int:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from sacrebleu.metrics import bleu
 
-from keras_transformer import corpora
 from keras_transformer.cli.common import (
     BEAM_HELP,
     MODEL_HELP,
@@ -20,18 +19,19 @@ from keras_transformer.cli.common import (
     require_positive,
 )
 from keras_transformer.evaluation import DEFAULT_TOKENIZE, evaluate, summary_line
-from keras_transformer.export import (
+from keras_transformer.inference.export import (
     DEFAULT_EXPORT_ROOT,
     export_run,
     load_translator,
     translate_rows,
 )
-from keras_transformer.run_dir import BEST_CHECKPOINT, CONFIG_FILE
-from keras_transformer.translator import (
+from keras_transformer.inference.translator import (
     DEFAULT_MAX_LENGTH,
     DEFAULT_MAX_SOURCE_LENGTH,
     Translator,
 )
+from keras_transformer.text import corpora
+from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 
 
 def add_translate_parser(subparsers) -> None:

@@ -1,2 +1,5 @@
-"""In-graph searches over a trained model's decoding step: greedy, beam and sampling,
-and the sub-batches a translator runs them in."""
+"""Inference, above the model: the in-graph searches (greedy and sampling in
+`sampling.py`, beam in `beam.py`, their shared interface in `search.py`), the
+sub-batches a translator runs them in (`sub_batches.py`), the `Translator`
+(strings in, strings out: `translator.py`) and its SavedModel export (`export.py`).
+Everything here runs in TensorFlow graphs."""

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_transformer.constants import PAD_ID
-from keras_transformer.distribute import global_token_mean
+from keras_transformer.training.distribute import global_token_mean
 
 
 def token_losses(label, pred, label_smoothing=0.0):

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.layers import backend
-from keras_transformer.model import Transformer
-from keras_transformer.tokenizers.settings import (
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.text.tokenizers.settings import (
     BYTE_PIECES,
     check_normalization_form,
     check_subword_alpha,
 )
 
 if TYPE_CHECKING:
-    from keras_transformer.config import TrainConfig
+    from keras_transformer.training.config import TrainConfig
 
 # The settings that name the training corpus' files.
 TRAINING_DATA_PATHS = ("src", "tgt", "tsv", "data")

@@ -21,13 +21,9 @@ import os
 import random
 import socket
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 from num2words import CONVERTER_CLASSES, num2words
-
-if TYPE_CHECKING:  # for annotations only: the config module imports the model
-    from keras_transformer.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -300,8 +296,12 @@ def texts(pairs: Iterable[Pair] | tf.data.Dataset, side: int) -> list[str] | tf.
 # ----------------------------------------------------------------------------- a run's corpus
 
 
-def load_corpus(config: TrainConfig) -> tuple[object, object]:
-    """(train, validation) pairs of a training run: lists, or string datasets for tfds."""
+def load_corpus(config) -> tuple[object, object]:
+    """(train, validation) pairs of a training run: lists, or string datasets for tfds.
+
+    `config` is the run's `TrainConfig` (its corpus settings are read, by name: text
+    sits below the training run and does not import it).
+    """
     if config.corpus == "tfds":
         return load_tfds(config.tfds_name, "train"), load_tfds(config.tfds_name, "validation")
     if config.corpus == "demo":

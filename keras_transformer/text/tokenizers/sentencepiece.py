@@ -47,8 +47,8 @@ from keras_transformer.constants import (
     UNK,
     UNK_ID,
 )
-from keras_transformer.tokenizers.normalization import normalize_text
-from keras_transformer.tokenizers.settings import (  # noqa: F401  (their home before)
+from keras_transformer.text.tokenizers.normalization import normalize_text
+from keras_transformer.text.tokenizers.settings import (  # noqa: F401  (their home before)
     BYTE_PIECES,
     SUBWORD_MODELS,
     check_normalization_form,

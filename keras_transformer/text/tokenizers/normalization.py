@@ -10,7 +10,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.tokenizers.settings import (  # noqa: F401  (their home before)
+from keras_transformer.text.tokenizers.settings import (  # noqa: F401  (their home before)
     NORMALIZATION_FORMS,
     check_normalization_form,
 )

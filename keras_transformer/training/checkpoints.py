@@ -28,8 +28,8 @@ from pathlib import Path
 import h5py
 import keras
 
-from keras_transformer import model as _model  # noqa: F401  (registers the layers for loading)
 from keras_transformer.atomic import write_atomically
+from keras_transformer.models import transformer as _model  # noqa: F401  (registers the layers for loading
 
 _WEIGHTS_FILE = "model.weights.h5"
 # The record inside a checkpoint archive; Keras ignores archive members it does not know.

@@ -1,6 +1,6 @@
 """Prepared data: token ids written once by `prepare`, read by any run in seconds.
 
-A prepared directory (written by `keras_transformer.prepare`, whole or not at
+A prepared directory (written by `keras_transformer.training.prepare`, whole or not at
 all) holds:
 
     DIR/index.json                 what is where: the splits, their shards and pair
@@ -37,11 +37,11 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer import buckets
 from keras_transformer.constants import PAD_ID
+from keras_transformer.text import buckets
 
 INDEX_FILE = "index.json"
-FORMAT = "keras_transformer.prepared/1"
+FORMAT = "keras_transformer.text.prepared/1"
 SPLITS = ("train", "validation")
 # A shard's three arrays: file name ending -> what it holds.
 SOURCE_IDS, TARGET_IDS, LENGTHS = "source.npy", "target.npy", "lengths.npy"

@@ -22,10 +22,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from keras_transformer import config_checks, distribute
 from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
-from keras_transformer.model import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS
-from keras_transformer.tokenizers.settings import SUBWORD_MODELS
+from keras_transformer.models.transformer import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS
+from keras_transformer.text.tokenizers.settings import SUBWORD_MODELS
+from keras_transformer.training import config_checks, distribute
 
 # The model's sizes: fields of their own, since the model has no defaults for them.
 MODEL_SIZES = ("num_layers", "d_model", "num_heads", "dff")

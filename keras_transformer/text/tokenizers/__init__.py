@@ -22,7 +22,7 @@ from keras_transformer.constants import (
     UNK,
     UNK_ID,
 )
-from keras_transformer.tokenizers.settings import (
+from keras_transformer.text.tokenizers.settings import (
     NORMALIZATION_FORMS,
     SUBWORD_MODELS,
     check_normalization_form,
@@ -34,14 +34,14 @@ except ImportError:  # prepared data trains without it; the tokenizers need it
     tensorflow_text = None
 
 if tensorflow_text is not None:
-    from keras_transformer.tokenizers.normalization import normalize_text
-    from keras_transformer.tokenizers.sentencepiece import (
+    from keras_transformer.text.tokenizers.normalization import normalize_text
+    from keras_transformer.text.tokenizers.sentencepiece import (
         SentencePieceTokenizer,
         learn_sentencepiece_model,
         read_sentencepiece_model,
         write_sentencepiece_model,
     )
-    from keras_transformer.tokenizers.wordpiece import (
+    from keras_transformer.text.tokenizers.wordpiece import (
         Tokenizer,
         WordPieceTokenizer,
         learn_vocabulary,
@@ -86,9 +86,9 @@ __all__ = [
 def __getattr__(name: str):
     if name in __all__ and tensorflow_text is None:
         raise ImportError(
-            f"keras_transformer.tokenizers.{name} needs TensorFlow and tensorflow-text, "
+            f"keras_transformer.text.tokenizers.{name} needs TensorFlow and tensorflow-text, "
             "which are not installed here (pip install tensorflow tensorflow-text); "
             "training from prepared data needs neither.",
             name="tensorflow_text",
         )
-    raise AttributeError(f"module 'keras_transformer.tokenizers' has no attribute {name!r}")
+    raise AttributeError(f"module 'keras_transformer.text.tokenizers' has no attribute {name!r}")

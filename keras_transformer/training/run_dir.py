@@ -32,9 +32,9 @@ import json
 import os
 from pathlib import Path
 
-from keras_transformer import checkpoints
 from keras_transformer.atomic import write_atomically
-from keras_transformer.config import TrainConfig
+from keras_transformer.training import checkpoints
+from keras_transformer.training.config import TrainConfig
 
 CONFIG_FILE = "config.json"
 SOURCE_VOCAB_FILE = "vocab_source.txt"
@@ -198,7 +198,9 @@ def _check_vocab_sizes(run_dir: Path, config: dict, settings: dict, tokenizers) 
 def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
     """(source, target) tokenizers from `settings` (`tokenizer_settings`) and the files
     in `run_dir`; one tokenizer object twice for a joint vocabulary."""
-    from keras_transformer.tokenizers import TOKENIZER_KINDS  # needs TensorFlow: imported on use
+    from keras_transformer.text.tokenizers import (
+        TOKENIZER_KINDS,  # needs TensorFlow: imported on use
+    )
 
     run_dir = Path(run_dir)
     tokenizer_class = TOKENIZER_KINDS[settings["kind"]]

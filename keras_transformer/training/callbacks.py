@@ -18,12 +18,12 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer import checkpoints
-from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.atomic import write_atomically
-from keras_transformer.backup import RunBackup
-from keras_transformer.plotting import plot_training_curves
-from keras_transformer.schedules import Cooldown
+from keras_transformer.training import checkpoints
+from keras_transformer.training import run_dir as run_dir_lib
+from keras_transformer.training.backup import RunBackup
+from keras_transformer.training.curves import plot_training_curves
+from keras_transformer.training.schedules import Cooldown
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as voc
 
 from keras_transformer.atomic import write_atomically
 from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID, UNK, UNK_ID
-from keras_transformer.tokenizers.normalization import normalize_text
-from keras_transformer.tokenizers.settings import check_normalization_form
+from keras_transformer.text.tokenizers.normalization import normalize_text
+from keras_transformer.text.tokenizers.settings import check_normalization_form
 
 
 def learn_vocabulary(

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.buckets import bucket_batch_sizes, bucket_boundaries
+from keras_transformer.text.buckets import bucket_batch_sizes, bucket_boundaries
 
 # The readers' names as they were in this module (see the docstring).
-from keras_transformer.corpora import (  # noqa: F401
+from keras_transformer.text.corpora import (  # noqa: F401
     TFDS_TED,
     Pair,
     demo_corpus,
@@ -32,7 +32,7 @@ from keras_transformer.corpora import (  # noqa: F401
     split_pairs,
     texts,
 )
-from keras_transformer.tokenizers.settings import check_subword_alpha
+from keras_transformer.text.tokenizers.settings import check_subword_alpha
 
 # ----------------------------------------------------------------------------- batching
 

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer import checkpoints
-from keras_transformer import run_dir as run_dir_lib
 from keras_transformer.atomic import write_atomically
+from keras_transformer.training import checkpoints
+from keras_transformer.training import run_dir as run_dir_lib
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """`train()`: a Transformer trained from a `TrainConfig` into a run directory.
 
 The pieces live in their own modules (`schedules`, `losses`, `metrics`,
-`config`, `callbacks`); their public names are importable from here too, as
-users of earlier versions and of the TensorFlow tutorial know them.
+`config`, `callbacks`); their public names are importable from the package
+(`keras_transformer.training`), as users of earlier versions and of the
+TensorFlow tutorial know them.
 
 Why one module of ~420 lines: it is one concept, a run's start: reading the data
 (text or prepared), its tokenizers, the checks that a resumed run is the same
@@ -21,17 +22,17 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer import atomic, distribute, prepared
-from keras_transformer import run_dir as run_dir_lib
-from keras_transformer.callbacks import RunHistory, TimeBudget, make_callbacks
-from keras_transformer.config import TrainConfig, read_config_file
-from keras_transformer.config_checks import TRAINING_DATA_PATHS
-from keras_transformer.losses import MaskedLoss, masked_loss, token_losses
-from keras_transformer.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
-from keras_transformer.model import Transformer
-from keras_transformer.schedules import (
-    CustomSchedule,
-    WarmupSchedule,
+from keras_transformer import atomic
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.text import prepared
+from keras_transformer.training import distribute
+from keras_transformer.training import run_dir as run_dir_lib
+from keras_transformer.training.callbacks import make_callbacks
+from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.config_checks import TRAINING_DATA_PATHS
+from keras_transformer.training.losses import MaskedLoss
+from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
+from keras_transformer.training.schedules import (
     make_optimizer,
     make_schedule,
 )
@@ -41,8 +42,8 @@ try:  # text is tokenized in TensorFlow graphs; prepared data trains without Ten
 except ImportError:
     tf = None
 try:
-    from keras_transformer import corpora, data
-    from keras_transformer.tokenizers import (
+    from keras_transformer.text import corpora, data
+    from keras_transformer.text.tokenizers import (
         learn_sentencepiece_model,
         learn_vocabulary,
         write_sentencepiece_model,
@@ -59,24 +60,6 @@ TEXT_NEEDS_TENSORFLOW = (
     "(keras-transformer prepare) and train from it here (--data DIR)."
 )
 
-__all__ = [
-    "CustomSchedule",
-    "MaskedAccuracy",
-    "MaskedLoss",
-    "RunHistory",
-    "TargetTokens",
-    "TimeBudget",
-    "TrainConfig",
-    "WarmupSchedule",
-    "build_tokenizers",
-    "make_callbacks",
-    "make_optimizer",
-    "masked_accuracy",
-    "masked_loss",
-    "read_config_file",
-    "token_losses",
-    "train",
-]
 
 MIXED_PRECISION_POLICIES = {"none": None, "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 JIT_COMPILE = {"auto": "auto", "true": True, "false": False}

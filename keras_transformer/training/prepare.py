@@ -33,9 +33,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import atomic, corpora, prepared, training
-from keras_transformer import run_dir as run_dir_lib
-from keras_transformer.config import TrainConfig
+from keras_transformer import atomic
+from keras_transformer.text import corpora, prepared
+from keras_transformer.training import run_dir as run_dir_lib
+from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.run import learn_tokenizer_file
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +223,7 @@ def _learn_tokenizers(
             pair[side] for pair in stream() if not pair[2] for side in file_sides
         )  # training sentences only: validation stays unseen
         sample = _reservoir_sample(texts, sentences, config.seed)
-        training.learn_tokenizer_file(config, sample, directory / filename)
+        learn_tokenizer_file(config, sample, directory / filename)
 
 
 def _reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:

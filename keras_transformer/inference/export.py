@@ -26,8 +26,8 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
-from keras_transformer.run_dir import load_run
-from keras_transformer.translator import TEXT_SPEC, Translator
+from keras_transformer.inference.translator import TEXT_SPEC, Translator
+from keras_transformer.training.run_dir import load_run
 
 DEFAULT_EXPORT_ROOT = "saved_models"
 SIGNATURE_OUTPUTS = ("translation", "score", "source_truncated")

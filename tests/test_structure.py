@@ -1,0 +1,213 @@
+"""The package's shape: imports run one way, and no module reaches into another's classes.
+
+Read from the source (`ast`), so that a change that breaks the shape fails here
+whether or not a test runs the line: a module that imports a private member of
+another, reads a sublayer attribute of a class defined in another module
+(`block.causal_self_attention.mha.output_dense`: renaming a sublayer would break
+it silently), or imports against the direction text and layers -> models ->
+training and inference -> cli.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import keras
+import pytest
+
+import keras_transformer as kt
+from tests.helpers import tiny_transformer
+
+PACKAGE = Path(kt.__file__).parent
+# The attributes of a NamedTuple's own API, which start with an underscore.
+NAMED_TUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+# What each package may import of the others (constants.py is everyone's).
+MAY_IMPORT = {
+    "layers": set(),
+    "text": set(),
+    "models": {"layers"},
+    "training": {"layers", "models", "text"},
+    "inference": {"layers", "models", "text", "training"},
+}
+# The input pipeline: it batches ids, and must not load the model to do so.
+PIPELINE = ("text/data.py", "text/prepared.py", "text/buckets.py")
+
+
+def modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def imported_modules(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import of the package, wherever it is written
+    (a function's lazy import counts too)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in [node.module, *names]]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return [(line, name) for line, name in found if name.startswith("keras_transformer.")]
+
+
+def package_of(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in MAY_IMPORT else None
+
+
+def test_the_packages_exist():
+    for package in [*MAY_IMPORT, "cli"]:
+        assert (PACKAGE / package / "__init__.py").is_file(), package
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_imports_run_one_way(package):
+    """text and layers import neither training nor inference (nor the model); the
+    model imports layers alone; training and inference sit above them."""
+    wrong = []
+    for path in (PACKAGE / package).rglob("*.py"):
+        for line, name in imported_modules(parsed(path)):
+            other = package_of(name)
+            if other and other != package and other not in MAY_IMPORT[package]:
+                wrong.append(f"{relative(path)}:{line} imports {name}")
+            if name.split(".")[1] in ("cli", "tutorial", "demo", "evaluation", "plotting"):
+                wrong.append(f"{relative(path)}:{line} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_input_pipeline_imports_no_model():
+    wrong = [
+        f"{module}:{line} imports {name}"
+        for module in PIPELINE
+        for line, name in imported_modules(parsed(PACKAGE / module))
+        if package_of(name) in ("models", "training", "inference")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_a_private_member_of_another():
+    """`from keras_transformer.x import _name`, or `module._name` of an imported module."""
+    wrong = []
+    for path in modules():
+        tree = parsed(path)
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "keras_transformer"
+            ):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        wrong.append(f"{relative(path)}:{node.lineno} imports {alias.name}")
+                    aliases.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                aliases.update(a.asname or a.name.split(".")[0] for a in node.names)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.attr not in NAMED_TUPLE_API
+                and isinstance(node.value, ast.Name)
+                and node.value.id not in ("self", "cls")
+                and (node.value.id in aliases or not _is_local(tree, node.value.id))
+            ):
+                wrong.append(f"{relative(path)}:{node.lineno} reads {node.value.id}.{node.attr}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _is_local(tree, name):
+    """Whether `name` is bound in the module by assignment or as an argument (an object
+    of the module's own making), rather than imported."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+    return False
+
+
+def sublayer_attributes() -> dict[str, set[str]]:
+    """Attribute name -> the modules whose classes hold a sublayer under that name, found
+    by walking built models (every layer of the package is in one of them)."""
+    models = [
+        tiny_transformer(vocab_size=20, num_layers=1),
+        tiny_transformer(vocab_size=20, num_layers=1, normalize_first=True, tie_embeddings=True),
+    ]
+    owners: dict[str, set[str]] = {}
+    seen = set()
+
+    def walk(layer):
+        if id(layer) in seen:
+            return
+        seen.add(id(layer))
+        for name, value in vars(layer).items():
+            values = value if isinstance(value, (list, tuple)) else [value]
+            layers = [v for v in values if isinstance(v, keras.layers.Layer)]
+            if not layers or name.startswith("_"):
+                continue
+            for klass in type(layer).__mro__:
+                if klass.__module__.startswith("keras_transformer") and name in _assigned(klass):
+                    owners.setdefault(name, set()).add(klass.__module__)
+            for sublayer in layers:
+                walk(sublayer)
+
+    for model in models:
+        walk(model)
+    return owners
+
+
+def _assigned(klass) -> set[str]:
+    """Attribute names a class' own source assigns on `self` (or with setattr)."""
+    import inspect
+
+    tree = ast.parse(inspect.getsource(inspect.getmodule(klass)))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == klass.__name__:
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.Attribute)
+                    and isinstance(inner.ctx, ast.Store)
+                    and isinstance(inner.value, ast.Name)
+                    and inner.value.id == "self"
+                ):
+                    names.add(inner.attr)
+                if isinstance(inner, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "blocks_attribute" for t in inner.targets
+                ):
+                    names.add(inner.value.value)
+    return names
+
+
+def test_the_sublayer_walk_finds_the_decoder_blocks_sublayers():
+    owners = sublayer_attributes()
+    for name in ("causal_self_attention", "mha", "residual", "embedding", "dec_layers"):
+        assert name in owners, name
+
+
+def test_no_module_reads_a_sublayer_of_another_module_s_class():
+    """`x.name` where `name` holds a sublayer of a class defined in another module, and
+    `x` is not `self`: a rename there would break this module silently."""
+    owners = sublayer_attributes()
+    wrong = []
+    for path in modules():
+        module = "keras_transformer." + relative(path)[: -len(".py")].replace("/", ".")
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(parsed(path)):
+            if not isinstance(node, ast.Attribute) or node.attr not in owners:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                continue
+            if module in owners[node.attr]:
+                continue
+            wrong.append(f"{relative(path)}:{node.lineno} reads .{node.attr}")
+    assert not wrong, "\n".join(wrong)
