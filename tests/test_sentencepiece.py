@@ -365,3 +365,22 @@ def test_saved_model_runs_in_a_fresh_process_without_the_library(tokenizer, tmp_
     assert served["normalized"] == served["text"]
     assert served["vocab_size"] == tokenizer.vocab_size
     assert served["zero_rows"] == 0
+    # Loading the ops logs nothing: SentencePiece's "precompiled_charsmap is empty" line
+    # came with every load of a model that normalizes nothing (`_quiet_model`).
+    assert "precompiled_charsmap" not in run.stderr, run.stderr
+
+
+def test_the_ops_model_gives_the_learned_model_s_ids_and_text(unigram_proto):
+    """The ops load the model with an inert charsmap in place of its empty one (so that
+    they log nothing): the ids and the text are those of the model as learned, run by
+    tensorflow-text's own tokenizer on the same normalized text."""
+    import tensorflow_text
+
+    texts = ALL_ROUND_TRIP + [EMOJI, "", "  two  spaces ", "\ufdd0 x \ufdd0\ufdd1 y"]
+    normalized = tf.constant(_normalized(texts))
+    learned = tensorflow_text.SentencepieceTokenizer(model=unigram_proto)
+    ours = SentencePieceTokenizer(unigram_proto)
+    expected = learned.tokenize(normalized)
+    ids = ours.tokenize(tf.constant(texts))[:, 1:-1]  # without [START] and [END]
+    assert ids.to_list() == tf.cast(expected, tf.int64).to_list()
+    assert _texts(ours.detokenize(ids)) == _texts(learned.detokenize(expected))

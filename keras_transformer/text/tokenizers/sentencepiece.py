@@ -18,10 +18,12 @@ pieces ("byte fallback") and come back intact; [UNK] is never produced.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -352,6 +354,50 @@ class SentencePieceTokenizer(tf.Module):
         return write_sentencepiece_model(self._model_proto, path)
 
 
+# Where a SentencePiece model normalizes nothing (this library's: `normalization_rule_name`
+# "identity", as `normalize_text` has normalized the text already), its normalizer has an
+# empty precompiled charsmap, and every SentencePiece op that loads it (every translate, every
+# model server start) logs `normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty` to
+# stderr, past any log level TensorFlow reads. The op gets instead the charsmap of one rule
+# that no text meets: two U+FDD0 in a row (a noncharacter, reserved for a program's internal
+# use) become one. Ids and detokenized text are unchanged (tests/test_sentencepiece.py).
+_INERT_RULE = "FDD0 FDD0\tFDD0\n"
+
+
+@functools.cache
+def _inert_charsmap() -> bytes:
+    """The precompiled charsmap of `_INERT_RULE`, compiled by SentencePiece's trainer."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2
+
+    with tempfile.TemporaryDirectory() as directory:
+        rule = Path(directory) / "rule.tsv"
+        rule.write_text(_INERT_RULE, encoding="utf-8")
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(["a b c d e f g h"] * 10),
+            model_writer=model,
+            vocab_size=12,
+            normalization_rule_tsv=str(rule),
+            minloglevel=3,
+        )
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    return proto.normalizer_spec.precompiled_charsmap
+
+
+def _quiet_model(model_proto: bytes) -> bytes:
+    """`model_proto` with `_inert_charsmap` where its normalizer's charsmap is empty."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    if proto.normalizer_spec.precompiled_charsmap:
+        return model_proto
+    proto.normalizer_spec.precompiled_charsmap = _inert_charsmap()
+    return proto.SerializeToString()
+
+
 class _SentencepieceModel(tf.saved_model.experimental.TrackableResource):
     """A SentencePiece model proto as a TensorFlow resource, kept in a SavedModel.
 
@@ -364,11 +410,13 @@ class _SentencepieceModel(tf.saved_model.experimental.TrackableResource):
     lives on; the name is the model's hash, so only identical models share one.
     For the same reason it is never destroyed (another tokenizer may share it):
     each distinct model stays in memory, a few hundred kB, until the process ends.
+    The ops get the model with `_quiet_model`'s charsmap, so that loading it logs
+    nothing.
     """
 
     def __init__(self, model_proto: bytes):
         super().__init__()
-        self._model_proto = model_proto
+        self._model_proto = _quiet_model(model_proto)
         digest = hashlib.sha256(model_proto).hexdigest()[:32]
         self._shared_name = f"keras_transformer_sentencepiece_{digest}"
         _ = self.resource_handle  # creates the resource, so a bad proto fails here
