@@ -303,6 +303,48 @@ def test_no_tensorflow_log_on_stderr(tmp_path):
     assert len(run.stderr.splitlines()) == 1, run.stderr
 
 
+# Runs `keras-transformer ARGS` through the launcher in a fresh interpreter and reports
+# whether the library or TensorFlow was imported to answer it.
+HELP_PROCESS = r"""
+import json, sys
+import keras_transformer_launcher
+sys.argv = ["keras-transformer", *sys.argv[1:]]
+try:
+    keras_transformer_launcher.main()
+except SystemExit as exit:
+    status = exit.code
+loaded = [name for name in ("keras_transformer", "tensorflow", "keras") if name in sys.modules]
+print(json.dumps({"status": status, "loaded": loaded}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], [], ["--verbose"]])
+def test_the_command_list_is_answered_without_loading_the_library(argv):
+    """`keras-transformer --help` (and the usage error of no command) imports neither the
+    package nor TensorFlow: it answers in milliseconds, not the seconds TensorFlow takes."""
+    run = subprocess.run(
+        [sys.executable, "-c", HELP_PROCESS, *argv],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(run.stderr.strip().splitlines()[-1])
+    assert report["loaded"] == []
+    assert report["status"] == (0 if argv and argv[0] in ("-h", "--help") else 2)
+    listed = run.stdout if report["status"] == 0 else run.stderr
+    for name in launcher.COMMANDS:
+        assert name in listed
+
+
+def test_the_launcher_lists_the_commands_the_library_parses():
+    """The launcher's list (names and help) is the full parser's."""
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {action.dest: action.help for action in subparsers._choices_actions}
+    assert helps == launcher.COMMANDS
+
+
 @pytest.mark.parametrize(
     "argv, chosen",
     [

@@ -20,14 +20,9 @@ import sys
 import traceback
 
 from keras_transformer.cli import train
-from keras_transformer.cli.common import (
-    PROG,
-    USER_ERRORS,
-    VERBOSE_FLAG,
-    VERBOSE_HELP,
-    UserError,
-)
+from keras_transformer.cli.common import COMMANDS, PROG, USER_ERRORS, VERBOSE_FLAG, UserError
 from keras_transformer.cli.settings import config_from_args, setting_help
+from keras_transformer_launcher import command_list_parser
 
 try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
     from keras_transformer.cli import demo, plot, prepare, translate
@@ -36,31 +31,19 @@ except ImportError as missing:
         raise
     demo = plot = prepare = translate = None
 
-# The commands that need TensorFlow, and what each does (the help of its stand-in).
-TENSORFLOW_COMMANDS = {
-    "prepare": "tokenize a corpus once into prepared data",
-    "demo": "train on the built-in corpus and translate with the export",
-    "translate": "translate sentences with an exported SavedModel",
-    "export": "export a training run as a SavedModel",
-    "evaluate": "score an export on a test set",
-    "plot": "plot a run's curves or attention",
-}
+# The commands that need TensorFlow: all but `train`.
+TENSORFLOW_COMMANDS = tuple(name for name in COMMANDS if name != "train")
 
 __all__ = ["UserError", "build_parser", "config_from_args", "main", "setting_help"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Train, export, translate with and evaluate Transformer translators.",
-    )
-    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    parser, subparsers = command_list_parser()
     # Each subcommand registers itself here: add_<name>_parser(subparsers).
     train.add_train_parser(subparsers)
     if translate is None:
-        for name, help_text in TENSORFLOW_COMMANDS.items():
-            _add_stand_in(subparsers, name, help_text)
+        for name in TENSORFLOW_COMMANDS:
+            _add_stand_in(subparsers, name)
         return parser
     prepare.add_prepare_parser(subparsers)
     demo.add_demo_parser(subparsers)
@@ -71,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_stand_in(subparsers, name: str, help_text: str) -> None:
+def _add_stand_in(subparsers, name: str) -> None:
     """A command that needs TensorFlow, where it is not installed: listed, refused by `main`."""
-    subparsers.add_parser(name, help=f"{help_text} (needs TensorFlow)")
+    subparsers.add_parser(name, help=f"{COMMANDS[name]} (needs TensorFlow)")
 
 
 def _needs_tensorflow(name: str) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-PROG = "keras-transformer"
-VERBOSE_FLAG = "--verbose"
-VERBOSE_HELP = (
-    "show TensorFlow's start-up log, and the traceback of an error (default: both hidden)"
-)
+# The command's name and its --verbose flag are the launcher's, which reads them before
+# TensorFlow loads (keras_transformer_launcher.py, outside the package).
+from keras_transformer_launcher import COMMANDS, PROG, VERBOSE_FLAG, VERBOSE_HELP  # noqa: F401
+
 MODEL_HELP = "the exported SavedModel: EXPORT_ROOT/NAME (its latest version) or EXPORT_ROOT/NAME/N"
 BEAM_HELP = "beam search of width N (default: greedy search)"
 

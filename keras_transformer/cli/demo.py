@@ -6,7 +6,7 @@ import argparse
 
 from keras_transformer import demo
 from keras_transformer.cli import settings
-from keras_transformer.cli.common import add_common_flags
+from keras_transformer.cli.common import COMMANDS, add_common_flags
 from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT
 
 
@@ -14,7 +14,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser(
         "demo",
-        help="train on the built-in corpus (minutes on a CPU) and show translations",
+        help=COMMANDS["demo"],
         description=(
             "Train a small Transformer on the built-in corpus (numbers written as words, "
             "English -> Portuguese), export it, and translate a few held-out examples with "

@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 
 from keras_transformer import plotting
-from keras_transformer.cli.common import BEAM_HELP, UserError, add_common_flags, require_positive
+from keras_transformer.cli.common import (
+    BEAM_HELP,
+    COMMANDS,
+    UserError,
+    add_common_flags,
+    require_positive,
+)
 from keras_transformer.inference.translator import Translator
 from keras_transformer.training.run_dir import BEST_CHECKPOINT, HISTORY_FILE, load_run
 
@@ -15,7 +21,7 @@ def add_plot_parser(subparsers) -> None:
 
     parser = subparsers.add_parser(
         "plot",
-        help="figures: positional encoding, learning rate, attention heads, training curves",
+        help=COMMANDS["plot"],
         description="Draw one figure into a PNG file (--out).",
     )
     add_common_flags(parser)

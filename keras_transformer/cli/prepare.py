@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli import settings
-from keras_transformer.cli.common import add_common_flags
+from keras_transformer.cli.common import COMMANDS, add_common_flags
 from keras_transformer.training import prepare as prepare_lib
 
 # The settings `prepare` reads: the corpus, its validation set, the tokenizer, the seed.
@@ -35,7 +35,7 @@ PREPARE_SETTINGS = (
 def add_prepare_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "prepare",
-        help="tokenize a corpus once, so that every run from it starts in seconds",
+        help=COMMANDS["prepare"],
         description=(
             "Learn (or take) the tokenizer and tokenize every pair once, streaming the corpus, "
             "into a prepared data directory of id shards that `train --data` reads (its loader "

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli import settings
-from keras_transformer.cli.common import add_common_flags
+from keras_transformer.cli.common import COMMANDS, add_common_flags
 from keras_transformer.training import train
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
-        help="train a translator (built-in corpus, parallel text files, TSV or tfds)",
+        help=COMMANDS["train"],
         description=(
             "Train a Transformer translator. Settings: defaults (the TensorFlow tutorial's), "
             "then a JSON --config file, then flags; --src or --tsv alone select --corpus "

@@ -12,6 +12,7 @@ from sacrebleu.metrics import bleu
 
 from keras_transformer.cli.common import (
     BEAM_HELP,
+    COMMANDS,
     MODEL_HELP,
     PROG,
     UserError,
@@ -37,7 +38,7 @@ from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 def add_translate_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "translate",
-        help="translate sentences with an exported SavedModel",
+        help=COMMANDS["translate"],
         description="Translate the given sentences, or stdin one sentence a line, in batches. "
         "Prints one translation a line (with --scores: score, a tab, translation).",
     )
@@ -97,7 +98,7 @@ def add_export_parser(subparsers) -> None:
     translator_defaults = inspect.signature(Translator).parameters
     parser = subparsers.add_parser(
         "export",
-        help="export a training run as a SavedModel for TF Serving",
+        help=COMMANDS["export"],
         description="Write RUN_DIR's best checkpoint with its tokenizers to "
         "EXPORT_ROOT/NAME/VERSION/ (TF Serving layout), computing in float32 even if the "
         "run trained under --mixed-precision.",
@@ -233,7 +234,7 @@ def add_evaluate_parser(subparsers) -> None:
     tokenizers = sorted(getattr(bleu, "_TOKENIZERS", {})) or None
     parser = subparsers.add_parser(
         "evaluate",
-        help="BLEU and chrF of an exported SavedModel on a test set",
+        help=COMMANDS["evaluate"],
         description="Translate --src with the SavedModel and score it against --ref "
         "(line-aligned files) with sacrebleu. Writes translations.txt and scores.json to "
         "--output-dir and prints one summary line and the scores as JSON. Pre-tokenized "
