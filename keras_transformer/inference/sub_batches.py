@@ -156,9 +156,6 @@ def rows_per_search(sub_batch_size: int, in_flight: int) -> int:
     return max(1, int(sub_batch_size) // int(in_flight))
 
 
-# Rows a search decodes at once from which a step's attention runs as batched matmuls
-
-
 class CompiledSearch:
     """`search` compiled by XLA on padded shapes, called as a `Search` is.
 
