@@ -32,6 +32,7 @@ COMMANDS = {
     "prepare": "tokenize a corpus once, so that every run from it starts in seconds",
     "demo": "train on the built-in corpus (minutes on a CPU) and show translations",
     "translate": "translate sentences with an exported SavedModel",
+    "score": "score given translations with an exported SavedModel",
     "export": "export a training run as a SavedModel for TF Serving",
     "evaluate": "BLEU and chrF of an exported SavedModel on a test set",
     "plot": "figures: positional encoding, learning rate, attention heads, training curves",

@@ -13,7 +13,9 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 import keras_transformer_launcher as launcher
@@ -173,6 +175,83 @@ def test_evaluate_keeps_another_evaluations_results(saved_model, tmp_path, capsy
         message = user_error(capsys, base + more)
         assert message.startswith(f"{out} holds the results of another evaluation"), message
         assert (out / "scores.json").read_text() == scores
+
+
+# ----------------------------------------------------------------------------- score
+
+
+def test_score_prints_one_line_a_pair_batch_by_batch(saved_model, tmp_path, capsys):
+    """SCORE<TAB>NORMALIZED per pair, the export's `score` signature's figures, whatever
+    the batch size; cut pairs are counted on stderr, by line."""
+    sources = [*SOURCES, " ".join(["two"] * 40), ""]
+    targets = ["3 1 4", "1 5 9 2", "", "8 8", "2", ""]
+    src = write_lines(tmp_path / "test.src", sources)
+    tgt = write_lines(tmp_path / "test.tgt", targets)
+    expected = export.score_pairs(
+        export.load_translator(saved_model),
+        [s.encode() for s in sources],
+        [t.encode() for t in targets],
+    )
+    printed = []
+    for batch_size in ("2", "256"):
+        argv = ["score", "--model", str(saved_model), "--src", str(src), "--tgt", str(tgt)]
+        assert cli.main([*argv, "--batch-size", batch_size]) == 0
+        captured = capsys.readouterr()
+        printed.append(captured.out)
+        assert captured.err == (
+            "keras-transformer: note: 1 of 6 pairs had a source or target longer than the "
+            "model's limits, cut there before scoring (lines 5)\n"
+        )
+    assert printed[0] == printed[1]
+    rows = [line.split("\t") for line in printed[0].splitlines()]
+    assert len(rows) == len(sources) and all(len(row) == 2 for row in rows)
+    scores = [[float(score), float(normalized)] for score, normalized in rows]
+    expected_rows = np.stack([expected["score"], expected["normalized_score"]], axis=1)
+    np.testing.assert_allclose(scores, expected_rows, atol=1e-4)
+    assert all(score <= 0 for score, _ in scores)
+    assert scores[0][0] > scores[3][0]  # "3 1 4" is right, "8 8" is not
+
+
+def test_score_user_errors(saved_model, tmp_path, capsys):
+    src = write_lines(tmp_path / "test.src", SOURCES)
+    short = write_lines(tmp_path / "short.tgt", ["3 1 4"])
+    missing = tmp_path / "missing.tgt"
+    base = ["score", "--model", str(saved_model), "--src", str(src)]
+    assert user_error(capsys, base + ["--tgt", str(short)]) == (
+        f"{src} has 4 lines but {short} has 1: the files must be line-aligned"
+    )
+    assert user_error(capsys, base + ["--tgt", str(missing)]) == (
+        f"{missing}: No such file or directory"
+    )
+    undecodable = tmp_path / "bad.tgt"
+    undecodable.write_bytes(b"3 1 4\n1 \xff 5\n6\n8\n")
+    assert user_error(capsys, base + ["--tgt", str(undecodable)]) == (
+        f"{undecodable}: line 2 is not valid UTF-8 (invalid start byte at byte 2)"
+    )
+    assert user_error(capsys, base + ["--tgt", str(src), "--batch-size", "0"]) == (
+        "--batch-size must be positive, got 0"
+    )
+    message = user_error(capsys, base + ["--tgt", str(src), "--model", str(missing)])
+    assert message.startswith(f"No SavedModel at {missing}")
+    # An export made before the `score` signature existed.
+    old = tmp_path / "old" / "1"
+    old.parent.mkdir()
+    tf.saved_model.save(tf.Module(), str(old))
+    message = user_error(capsys, base + ["--tgt", str(src), "--model", str(old)])
+    assert message.startswith("This export has no `score` signature")
+
+
+def test_score_says_it_needs_tensorflow_where_it_is_absent(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "translate", None)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["score", "--model", "m", "--src", "s", "--tgt", "t"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(ERROR_PREFIX + "`keras-transformer score` needs TensorFlow")
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert "score given translations with an exported SavedModel (needs TensorFlow)" in shown
 
 
 # ----------------------------------------------------------------------------- export, translate

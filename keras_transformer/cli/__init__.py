@@ -1,9 +1,9 @@
-"""`keras-transformer train | prepare | demo | translate | export | evaluate | plot`.
+"""`keras-transformer train | prepare | demo | translate | score | export | evaluate | plot`.
 
 A thin command line.
 
 Each subcommand (one module per group: `train`, `prepare`, `demo`, `translate`,
-`plot`) only parses flags, calls library functions and prints. `train` alone
+`score`, `plot`) only parses flags, calls library functions and prints. `train` alone
 runs where TensorFlow is not installed (from prepared data, on JAX or PyTorch);
 there the others say in one line that they need it. A user error (a file that
 is missing or unreadable, an invalid setting, a bad number) ends the command
@@ -25,11 +25,11 @@ from keras_transformer.cli.settings import config_from_args, setting_help
 from keras_transformer_launcher import command_list_parser
 
 try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
-    from keras_transformer.cli import demo, plot, prepare, translate
+    from keras_transformer.cli import demo, plot, prepare, score, translate
 except ImportError as missing:
     if missing.name not in ("tensorflow", "tensorflow_text"):
         raise
-    demo = plot = prepare = translate = None
+    demo = plot = prepare = score = translate = None
 
 # The commands that need TensorFlow: all but `train`.
 TENSORFLOW_COMMANDS = tuple(name for name in COMMANDS if name != "train")
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_prepare_parser(subparsers)
     demo.add_demo_parser(subparsers)
     translate.add_translate_parser(subparsers)
+    score.add_score_parser(subparsers)
     translate.add_export_parser(subparsers)
     translate.add_evaluate_parser(subparsers)
     plot.add_plot_parser(subparsers)

@@ -7,12 +7,18 @@ needs nothing but TensorFlow and tensorflow-text to run:
                      score (float32, [None]),
                      source_truncated (bool, [None])    greedy decoding
     beam_search:     same input and outputs             beam search, the exported width
+    score:           source, target (string, [None]) -> score, normalized_score (float32,
+                     [None]), token_scores (float32, [None, None]), length (int32, [None]),
+                     source_truncated, target_truncated (bool, [None])
+                                                        given translations, teacher-forced
 
 `source_truncated` is True for a row whose source was longer than the
-export's source limit and was cut there. Loaded with `tf.saved_model.load`, it
-also offers `translate(text)` and `translate_beam(text, beam_width)` (any
-width) with token ids, and `serving_limits()`: the source limit, the rows
-decoded together and the most generated tokens it was exported with.
+export's source limit and was cut there; `target_truncated`, for a target longer
+than its most generated tokens (`inference.scoring`). Loaded with
+`tf.saved_model.load`, it also offers `translate(text)` and
+`translate_beam(text, beam_width)` (any width) with token ids, `score(source,
+target)`, and `serving_limits()`: the source limit, the rows decoded together
+and the most generated tokens it was exported with.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
+from keras_transformer.inference import scoring
 from keras_transformer.inference.translator import TEXT_SPEC, Translator
 from keras_transformer.training.run_dir import load_run
 
@@ -97,7 +104,11 @@ def _signatures(translator: Translator) -> dict:
     def beam_search(text):
         return select(translator.translate_beam(text, tf.constant(translator.beam_width)))
 
-    return {"serving_default": serving_default, "beam_search": beam_search}
+    @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC])
+    def score(source, target):
+        return translator.score(source, target)
+
+    return {"serving_default": serving_default, "beam_search": beam_search, "score": score}
 
 
 def export_translator(
@@ -264,3 +275,18 @@ def translate_texts(
 ) -> list[tuple[str, float]]:
     """(translation, score) per text: `translate_rows` without the truncation flag."""
     return [row[:2] for row in translate_rows(saved_model, texts, beam_width, batch_size)]
+
+
+def score_pairs(saved_model, sources: list[bytes], targets: list[bytes]) -> dict:
+    """The `score` signature's outputs (numpy arrays) for one batch of pairs, with a
+    loaded SavedModel. An export made before the signature existed is refused."""
+    if "score" not in saved_model.signatures:
+        raise ValueError(
+            "This export has no `score` signature (it was exported before scoring "
+            "existed): export the run again."
+        )
+    outputs = saved_model.signatures["score"](
+        source=tf.constant(sources, tf.string, shape=[len(sources)]),
+        target=tf.constant(targets, tf.string, shape=[len(targets)]),
+    )
+    return {key: value.numpy() for key, value in outputs.items()}

@@ -3,7 +3,9 @@ rows at a time, and over the padded shapes XLA compiles.
 
 The translator owns this module: it chooses the bound (`sub_batch_size`), the
 searches in flight and the shapes to compile; a search (`search.py`) knows nothing
-of sub-batches beyond the `stream` number each call gives it.
+of sub-batches beyond the `stream` number each call gives it. The loop itself,
+`map_sub_batches`, takes any work done per row (teacher-forced scoring:
+`scoring.py`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,48 @@ def in_sub_batches(
     Returns:
         A `DecodeResult` of `batch` rows (without logits).
     """
+    steps = search.steps(model)
+
+    def decode(rows, index):
+        # Padded to the longest row of this sub-batch only.
+        chunk = tf.gather(context_ids, rows).to_tensor()
+        limits = None if row_limits is None else tf.gather(row_limits, rows)
+        result = search(model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index)
+        return result.tokens, result.lengths, result.scores
+
+    tokens, lengths, scores = map_sub_batches(
+        decode,
+        context_ids.row_lengths(),
+        [(tf.int64, [None, steps]), (tf.int32, [None]), (tf.float32, [None])],
+        sub_batch_size,
+        in_flight,
+        balance_lengths,
+    )
+    return DecodeResult(tokens, lengths, scores)
+
+
+def map_sub_batches(
+    fn, lengths, specs, sub_batch_size: int, in_flight: int = 1, balance_lengths: bool = False
+) -> list:
+    """Calls `fn` on a batch's rows a sub-batch at a time, rows of similar `lengths`
+    together, and returns its outputs in the rows' own order: the loop of
+    `in_sub_batches` (see there for the sort, the rows per call, `in_flight` and
+    `balance_lengths`), for any work done per row.
+
+    Args:
+        fn: called as `fn(rows, index)` with `rows`, int32 `(n,)`, the positions in
+            the batch of a sub-batch's rows (sorted by length), and `index`, the
+            sub-batch's number (int32 scalar); returns a tuple of tensors of `n`
+            rows each.
+        lengths: int `(batch,)`, each row's length: the sort key.
+        specs: one `(dtype, shape)` per output of `fn`, `shape` that of one
+            sub-batch's output with its first dimension None; the others must be
+            known (a batch of zero rows still has their width).
+        sub_batch_size, in_flight, balance_lengths: as `in_sub_batches`'.
+
+    Returns:
+        A list of `fn`'s outputs, `batch` rows each, in the rows' order.
+    """
     sub_batch_size, in_flight = int(sub_batch_size), int(in_flight)
     if sub_batch_size <= 0:
         raise ValueError(
@@ -74,12 +118,9 @@ def in_sub_batches(
         )
     if in_flight <= 0:
         raise ValueError(f"`in_flight` must be positive. Received: in_flight={in_flight}")
-    steps = search.steps(model)
-    order = tf.argsort(context_ids.row_lengths(), stable=True)
-    sorted_ids = tf.gather(context_ids, order)
-    sorted_limits = None if row_limits is None else tf.gather(row_limits, order)
+    order = tf.argsort(lengths, stable=True)
     rows = tf.shape(order)[0]
-    # A batch smaller than the bound is split evenly over the searches in flight.
+    # A batch smaller than the bound is split evenly over the calls in flight.
     size = tf.maximum(
         1, tf.minimum(rows_per_search(sub_batch_size, in_flight), -(-rows // in_flight))
     )
@@ -90,46 +131,29 @@ def in_sub_batches(
         uniform = bounds
         bounds = tf.cond(
             tf.logical_and(count == 2, rows <= sub_batch_size),
-            lambda: two_way_split(sorted_ids.row_lengths()),
+            lambda: two_way_split(tf.gather(lengths, order)),
             lambda: uniform,
         )
 
-    def body(index, tokens, lengths, scores):
-        # Padded to the longest row of this sub-batch only.
-        begin, end = bounds[index], bounds[index + 1]
-        chunk = sorted_ids[begin:end].to_tensor()
-        limits = None if sorted_limits is None else sorted_limits[begin:end]
-        result = search(model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index)
-        return (
-            index + 1,
-            tokens.write(index, result.tokens),
-            lengths.write(index, result.lengths),
-            scores.write(index, result.scores),
-        )
+    def body(index, *arrays):
+        outputs = fn(order[bounds[index] : bounds[index + 1]], index)
+        return (index + 1, *(a.write(index, o) for a, o in zip(arrays, outputs, strict=True)))
 
-    def array(dtype, shape):
-        return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
-
+    arrays = [
+        tf.TensorArray(dtype, size=count, element_shape=tf.TensorShape(shape), infer_shape=False)
+        for dtype, shape in specs
+    ]
     # parallel_iterations bounds the sub-batches in flight (and so the memory):
     # they are independent, and the loop would otherwise run up to 10 at once. A
-    # bound below `in_flight` rows runs as many one-row searches as it allows.
-    _, tokens, lengths, scores = tf.while_loop(
+    # bound below `in_flight` rows runs as many one-row calls as it allows.
+    _, *arrays = tf.while_loop(
         lambda index, *_: index < count,
         body,
-        (
-            tf.constant(0),
-            array(tf.int64, tf.TensorShape([None, steps])),
-            array(tf.int32, tf.TensorShape([None])),
-            array(tf.float32, tf.TensorShape([None])),
-        ),
+        (tf.constant(0), *arrays),
         parallel_iterations=min(in_flight, sub_batch_size),
     )
     restore = tf.math.invert_permutation(order)
-    return DecodeResult(
-        tf.gather(tokens.concat(), restore),
-        tf.gather(lengths.concat(), restore),
-        tf.gather(scores.concat(), restore),
-    )
+    return [tf.gather(a.concat(), restore) for a in arrays]
 
 
 def two_way_split(sorted_lengths):

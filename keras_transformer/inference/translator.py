@@ -26,7 +26,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.constants import END_ID, START_ID
-from keras_transformer.inference import sub_batches
+from keras_transformer.inference import scoring, sub_batches
 from keras_transformer.inference.beam import BeamSearch, check_length_penalty
 from keras_transformer.inference.sampling import GreedySearch, SamplingSearch
 from keras_transformer.inference.search import (
@@ -93,8 +93,8 @@ class Translator(tf.Module):
     Args:
         model: a built `Transformer`.
         source_tokenizer, target_tokenizer: `Tokenizer`s of the training run.
-        max_length: most generated tokens per row. Defaults to
-            min(128, model.max_length).
+        max_length: most generated tokens per row, and most target tokens
+            scored by `score`. Defaults to min(128, model.max_length).
         max_source_length: int. Longest source in tokens, [START] and [END]
             included; longer ones are cut and flagged. Give the training
             run's `max_tokens`, as `export.export_run` does: the model has
@@ -369,6 +369,48 @@ class Translator(tf.Module):
             "max_source_length": tf.constant(self.max_source_length),
             "sub_batch_size": tf.constant(self.sub_batch_size),
             "max_length": tf.constant(self.max_length),
+        }
+
+    # -- scoring given translations ------------------------------------------
+
+    @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC])
+    def score(self, source, target):
+        """Teacher-forced scores of given translations `target` of `source` (`scoring.py`).
+
+        Sources are cut as translation cuts them; targets are tokenized with the
+        target tokenizer and cut at `max_length` tokens, [END] included (an empty
+        target scores [END] alone). `source` and `target` must have as many rows.
+
+        Returns:
+            dict of score (float32 `(batch,)`: the log-probability of the target
+            tokens and [END]), normalized_score (score / the GNMT length penalty
+            with `length_penalty_alpha`: beam search's normalization),
+            token_scores (float32 `(batch, tokens)`, 0-padded), length (int32
+            `(batch,)`, tokens scored), source_truncated and target_truncated.
+        """
+        same_rows = tf.debugging.assert_equal(
+            tf.size(source),
+            tf.size(target),
+            message="score: `source` and `target` must have as many rows",
+        )
+        with tf.control_dependencies([same_rows]):
+            source, target = tf.identity(source), tf.identity(target)
+        context_ids, source_truncated = self.source_tokens(source)
+        target_ids, target_truncated = scoring.target_tokens(
+            self.target_tokenizer,
+            target,
+            self.max_length,
+            # The source's bytes per token: a target cut there still has too many tokens.
+            self.max_length * SOURCE_BYTES_PER_TOKEN,
+        )
+        result = scoring.score_targets(self.model, context_ids, target_ids, self.sub_batch_size)
+        return {
+            "score": result.scores,
+            "normalized_score": scoring.normalized_scores(result, self.length_penalty_alpha),
+            "token_scores": result.token_scores,
+            "length": result.lengths,
+            "source_truncated": source_truncated,
+            "target_truncated": target_truncated,
         }
 
     # -- eager convenience ---------------------------------------------------
