@@ -22,6 +22,8 @@ def in_sub_batches(
     balance_lengths: bool = False,
     row_limits=None,
     fused_weights=None,
+    prefix=None,
+    num_hypotheses=None,
 ) -> DecodeResult:
     """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
 
@@ -63,9 +65,16 @@ def in_sub_batches(
         row_limits: optional int32 `(batch,)`, the most tokens each row may
             generate (`Search`'s call), in the rows' own order.
         fused_weights: passed to every search (`Search`'s call).
+        prefix: optional int64 `tf.RaggedTensor` `(batch, None)`, each row's target
+            prefix (`Search`'s call), in the rows' own order; a sub-batch's are
+            0-padded to its longest.
+        num_hypotheses: the size of the results' hypothesis axis when `search`
+            returns one (`BeamSearch`'s `num_hypotheses`: int or int32 scalar),
+            else None.
 
     Returns:
-        A `DecodeResult` of `batch` rows (without logits).
+        A `DecodeResult` of `batch` rows (without logits), with the hypothesis
+        axis after the rows when `num_hypotheses` is given.
     """
     sub_batch_size, in_flight = int(sub_batch_size), int(in_flight)
     if sub_batch_size <= 0:
@@ -78,6 +87,7 @@ def in_sub_batches(
     order = tf.argsort(context_ids.row_lengths(), stable=True)
     sorted_ids = tf.gather(context_ids, order)
     sorted_limits = None if row_limits is None else tf.gather(row_limits, order)
+    sorted_prefix = None if prefix is None else tf.gather(prefix, order)
     rows = tf.shape(order)[0]
     # A batch smaller than the bound is split evenly over the searches in flight.
     size = tf.maximum(
@@ -99,16 +109,27 @@ def in_sub_batches(
         begin, end = bounds[index], bounds[index + 1]
         chunk = sorted_ids[begin:end].to_tensor()
         limits = None if sorted_limits is None else sorted_limits[begin:end]
-        result = search(model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index)
+        extra = {} if sorted_prefix is None else {"prefix": sorted_prefix[begin:end].to_tensor()}
+        result = search(
+            model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index, **extra
+        )
+        # A hypothesis axis is folded into the rows: the arrays' elements keep
+        # static shapes, which concatenating zero sub-batches needs.
         return (
             index + 1,
-            tokens.write(index, result.tokens),
-            lengths.write(index, result.lengths),
-            scores.write(index, result.scores),
+            tokens.write(index, tf.reshape(result.tokens, [-1, steps])),
+            lengths.write(index, tf.reshape(result.lengths, [-1])),
+            scores.write(index, tf.reshape(result.scores, [-1])),
         )
 
     def array(dtype, shape):
         return tf.TensorArray(dtype, size=count, element_shape=shape, infer_shape=False)
+
+    def unfolded(values):  # (rows * k, ...) -> (rows, k, ...), in the rows' own order
+        if num_hypotheses is not None:
+            shape = tf.concat([[-1, num_hypotheses], tf.shape(values)[1:]], 0)
+            values = tf.reshape(values, shape)
+        return tf.gather(values, restore)
 
     # parallel_iterations bounds the sub-batches in flight (and so the memory):
     # they are independent, and the loop would otherwise run up to 10 at once. A
@@ -126,9 +147,7 @@ def in_sub_batches(
     )
     restore = tf.math.invert_permutation(order)
     return DecodeResult(
-        tf.gather(tokens.concat(), restore),
-        tf.gather(lengths.concat(), restore),
-        tf.gather(scores.concat(), restore),
+        unfolded(tokens.concat()), unfolded(lengths.concat()), unfolded(scores.concat())
     )
 
 
@@ -169,7 +188,8 @@ class CompiledSearch:
     `steps` at most (XLA's caches have every slot from the start, so a search whose
     rows may generate only 31 tokens should attend over 31 slots, not 128); its
     tokens are padded back to `search`'s width. Padded rows hold padding only: their
-    row limit is 1, so they end at once, and they are dropped.
+    row limit is 1, so they end at once, and they are dropped. It takes no target
+    prefix (the call's `prefix` raises ValueError).
 
     Args:
         search: a `Search` built with `fixed_shapes=True`.
@@ -199,8 +219,14 @@ class CompiledSearch:
         return self.search.steps(model)
 
     def __call__(
-        self, model, context_ids, row_limits=None, fused_weights=None, stream=None
+        self, model, context_ids, row_limits=None, fused_weights=None, stream=None, prefix=None
     ) -> DecodeResult:
+        if prefix is not None:
+            raise ValueError(
+                "A search compiled by XLA takes no target prefix: run the search itself "
+                "(a translator with `jit_compile` decodes prefixes without XLA)."
+            )
+
         def compiled(steps):
             def run(context_ids, row_limits, stream):
                 search = self.search.replace(max_length=steps)
@@ -226,8 +252,10 @@ class CompiledSearch:
                     else tf.pad(row_limits, [[0, padded_rows - rows]], constant_values=1)
                 )
                 result = searches[k](padded, limits, stream)
-                tokens = tf.pad(result.tokens[:rows], [[0, 0], [0, width - self.bucket_steps[k]]])
-                return tokens, result.lengths[:rows], result.scores[:rows]
+                tokens = result.tokens[:rows]
+                # The step axis is the last, after the hypothesis axis of an n-best search.
+                padding = [[0, 0]] * (tokens.shape.rank - 1) + [[0, width - self.bucket_steps[k]]]
+                return tf.pad(tokens, padding), result.lengths[:rows], result.scores[:rows]
 
             return decode
 
