@@ -265,7 +265,8 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
     outputs = translator([" ".join(["seven"] * 3000)])
     assert outputs["context_ids"].shape == (1, 128) and outputs["source_truncated"].numpy()[0]
     limits = {k: int(v) for k, v in translator.serving_limits().items()}
-    assert limits == {"max_source_length": 128, "sub_batch_size": 64, "max_length": 4}
+    expected = {"max_source_length": 128, "sub_batch_size": 64, "max_length": 4, "beam_width": 4}
+    assert limits == expected
     for kwargs in ({"max_source_length": 25}, {"max_source_length": 1}):
         with pytest.raises(ValueError, match="max_source_length"):
             Translator(tiny.model, *tokenizers, **kwargs)

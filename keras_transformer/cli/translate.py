@@ -127,7 +127,9 @@ def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace) -> i
     """`--n-best K`: K lines a sentence, ROW<TAB>SCORE<TAB>TRANSLATION, best first."""
     _require(saved_model, "translate_nbest", "--n-best")
     if args.beam is None:
-        width = int(saved_model.serving_limits()["beam_width"])
+        width = int(
+            saved_model.serving_limits()["beam_width"]
+        )  # every export with translate_nbest has it
         if args.n_best > width:
             raise UserError(
                 f"--n-best {args.n_best} is above the export's beam width ({width}): "

@@ -23,8 +23,8 @@ signature, hence signatures of their own for prefixes. Loaded with
 `translate_beam(text, beam_width)` (any width), `translate_nbest(text,
 beam_width, num_hypotheses)`, `translate_with_prefix(text, prefix)` and
 `translate_beam_with_prefix(text, prefix, beam_width)` with token ids, and
-`serving_limits()`: the source limit, the rows decoded together and the most
-generated tokens it was exported with.
+`serving_limits()`: the source limit, the rows decoded together, the most
+generated tokens and the beam width it was exported with.
 """
 
 from __future__ import annotations
