@@ -287,6 +287,42 @@ def test_cli_export_from_a_run_dir_and_translate(tiny_run_dir, tmp_path, capsys,
     assert str(root / "numbers" / "4") in message and "exists" in message
 
 
+def test_cli_translate_n_best_and_prefix(tiny_run_dir, tmp_path, capsys):
+    """`--n-best K`: K lines a sentence, ROW<TAB>SCORE<TAB>TRANSLATION, the first the
+    beam's; `--prefix FILE`: each translation starts with its line's prefix; K above the
+    beam width and a prefix file of another length are one-line errors."""
+    root = tmp_path / "saved_models"
+    argv = ["export", str(tiny_run_dir), "--name", "numbers", "--export-root", str(root)]
+    assert cli.main(argv + ["--max-length", "16", "--beam-width", "3"]) == 0
+    model = str(root / "numbers")
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", model, "--n-best", "3", "three one four", "nine"]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [row for row, _, _ in lines] == ["1"] * 3 + ["2"] * 3
+    assert all(float(score) <= 0 for _, score, _ in lines)
+    assert lines[0][2] == "3 1 4" and lines[3][2] == "9"
+    assert cli.main(["translate", "--model", model, "--beam", "3", "--scores", "nine"]) == 0
+    assert capsys.readouterr().out == f"{lines[3][1]}\t9\n"
+    assert cli.main(["translate", "--model", model, "--n-best", "4", "--beam", "5", "nine"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+    assert user_error(capsys, ["translate", "--model", model, "--n-best", "4", "nine"]) == (
+        "--n-best 4 is above the export's beam width (3): give --beam N with N >= K"
+    )
+    message = user_error(capsys, ["translate", "--model", model, "--n-best", "3", "--beam", "2"])
+    assert message == "--n-best 3 is above the beam width (--beam 2)"
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_bytes(b"9 9\n\n")
+    for search in ([], ["--beam", "2"]):
+        command = ["translate", "--model", model, "--prefix", str(prefixes), *search]
+        assert cli.main(command + ["three one four", "five"]) == 0
+        first, second = capsys.readouterr().out.splitlines()
+        assert first.startswith("9 9") and second == "5"
+    message = user_error(capsys, ["translate", "--model", model, "--prefix", str(prefixes), "x"])
+    assert message == f"--prefix {prefixes} has 2 lines for 1 sentences"
+    both = ["translate", "--model", model, "--prefix", str(prefixes), "--n-best", "2", "x", "y"]
+    assert user_error(capsys, both).startswith("--n-best and --prefix do not go together")
+
+
 def test_export_and_translate_user_errors(tiny_run_dir, tmp_path, capsys):
     not_a_run = tmp_path / "not_a_run"
     not_a_run.mkdir()

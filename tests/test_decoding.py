@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID, PAD_ID
+from keras_transformer.constants import END_ID, PAD_ID, START_ID
 from keras_transformer.inference import beam, sampling, sub_batches
 from keras_transformer.inference.search import (
     MATMUL_ATTENTION_ROWS,
@@ -410,6 +410,9 @@ def test_a_long_row_pads_only_its_own_sub_batch(tiny):
 SEARCHES_OF_MANY_ROWS = {
     "greedy": lambda model, ids, **kwargs: sampling.greedy_search(model, ids, MAX_LENGTH, **kwargs),
     "beam": lambda model, ids, **kwargs: beam.beam_search(model, ids, 4, MAX_LENGTH, **kwargs),
+    "nbest": lambda model, ids, **kwargs: beam.beam_search(
+        model, ids, 4, MAX_LENGTH, num_hypotheses=3, **kwargs
+    ),
 }
 
 
@@ -459,11 +462,164 @@ def test_searches_over_many_rows_drop_ended_rows_with_the_same_results(
     assert kept, "no row was dropped"
     reference = run(model, context_ids, use_cache=False, row_limits=limits)
     lengths = result.lengths.numpy()
+    best = lengths[:, 0] if search == "nbest" else lengths  # n-best: the best's
     # Rows leave at many steps: at least four (a trained model's [END]s fall where its
     # float rounding puts them, which differs between CPUs' kernels).
-    assert len(set(lengths)) >= 4
+    assert len(set(best)) >= 4
     if weights == "trained":
-        assert np.any(lengths < limits.numpy())  # some at their [END]
+        assert np.any(best < limits.numpy())  # some at their [END]
     np.testing.assert_array_equal(result.tokens.numpy(), reference.tokens.numpy())
     np.testing.assert_array_equal(lengths, reference.lengths.numpy())
     np.testing.assert_allclose(result.scores.numpy(), reference.scores.numpy(), atol=1e-4)
+
+
+def _teacher_forced_scores(model, context_ids, tokens, lengths):
+    """The model's log-probability of each row's `tokens` (its first `lengths`, [END]
+    included), from one teacher-forced call."""
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+    start = np.full((len(tokens), 1), START_ID)
+    target_in = np.concatenate([start, tokens[:, :-1]], 1)
+    log_probs = tf.nn.log_softmax(model((context_ids, target_in))).numpy()
+    picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+    live = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    return np.where(live, picked, 0.0).sum(-1)
+
+
+@pytest.mark.parametrize("max_length", [MAX_LENGTH, 3])
+def test_nbest_first_is_the_beam_and_scores_are_sorted_log_probabilities(tiny, max_length):
+    """Each row's k best hypotheses, best first: the first is what beam search returns
+    (tokens, length, score), the penalized scores fall, and each score is the model's
+    log-probability of its hypothesis. At 3 steps rows run out of steps, so
+    unfinished hypotheses (complete at the limit) are among them."""
+    ids, alpha = tiny.context_ids, 0.6
+    best = beam.beam_search(tiny.model, ids, 4, max_length, alpha)
+    nbest = beam.beam_search(tiny.model, ids, 4, max_length, alpha, num_hypotheses=3)
+    rows = len(ids)
+    assert nbest.tokens.shape == (rows, 3, max_length) and nbest.scores.shape == (rows, 3)
+    np.testing.assert_array_equal(nbest.tokens.numpy()[:, 0], best.tokens.numpy())
+    np.testing.assert_array_equal(nbest.lengths.numpy()[:, 0], best.lengths.numpy())
+    np.testing.assert_array_equal(nbest.scores.numpy()[:, 0], best.scores.numpy())
+    scores, lengths = nbest.scores.numpy(), nbest.lengths.numpy()
+    assert np.all(np.isfinite(scores))
+    ranked = scores / beam.length_penalty(lengths, alpha).numpy()
+    assert np.all(np.diff(ranked, axis=1) <= 1e-6)
+    expected = _teacher_forced_scores(
+        tiny.model,
+        np.repeat(ids.numpy(), 3, axis=0),
+        nbest.tokens.numpy().reshape(rows * 3, max_length),
+        lengths.reshape(-1),
+    )
+    np.testing.assert_allclose(scores.reshape(-1), expected, atol=1e-4)
+    # Hypotheses of a row differ; a finished one ends with [END].
+    for row in range(rows):
+        assert len({tuple(t) for t in nbest.tokens.numpy()[row]}) == 3
+    ended = nbest.tokens.numpy()[np.arange(rows)[:, None], np.arange(3), lengths - 1] == END_ID
+    assert ended.all() if max_length == MAX_LENGTH else not ended.all()
+    # k = 1: the beam's result with a hypothesis axis; traced, k and the width as tensors.
+    one = beam.beam_search(tiny.model, ids, 4, max_length, alpha, num_hypotheses=1)
+    np.testing.assert_array_equal(one.tokens.numpy()[:, 0], best.tokens.numpy())
+    traced = tf.function(
+        lambda ids, width, k: beam.beam_search(
+            tiny.model, ids, width, max_length, alpha, num_hypotheses=k
+        )
+    )
+    again = traced(ids, tf.constant(4), tf.constant(3))
+    np.testing.assert_array_equal(again.tokens.numpy(), nbest.tokens.numpy())
+    np.testing.assert_allclose(again.scores.numpy(), scores, atol=1e-5)
+    assert traced(ids[:0], tf.constant(4), tf.constant(2)).tokens.shape == (0, 2, max_length)
+
+
+def test_nbest_bad_numbers_of_hypotheses(tiny):
+    for k in (0, 5):
+        with pytest.raises(ValueError, match="num_hypotheses"):
+            beam.BeamSearch(beam_width=4, num_hypotheses=k)
+    traced = tf.function(
+        lambda ids, width, k: beam.beam_search(tiny.model, ids, width, 8, num_hypotheses=k)
+    )
+    for width, k in ((4, 0), (2, 3)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="num_hypotheses must be"):
+            traced(tiny.context_ids, tf.constant(width), tf.constant(k))
+
+
+def test_nbest_in_sub_batches_gives_the_results_of_one_batch(tiny):
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
+    search = beam.BeamSearch(beam_width=3, max_length=MAX_LENGTH, num_hypotheses=2)
+    whole = search(tiny.model, ragged.to_tensor())
+    parts = sub_batches.in_sub_batches(tiny.model, search, ragged, 5, num_hypotheses=2)
+    np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
+    np.testing.assert_array_equal(parts.lengths.numpy(), whole.lengths.numpy())
+    np.testing.assert_allclose(parts.scores.numpy(), whole.scores.numpy(), atol=1e-5)
+
+    @tf.function
+    def traced(ids, k):
+        search = beam.BeamSearch(beam_width=3, max_length=MAX_LENGTH, num_hypotheses=k)
+        return sub_batches.in_sub_batches(tiny.model, search, ids, 5, 2, num_hypotheses=k)
+
+    np.testing.assert_array_equal(traced(ragged, tf.constant(2)).tokens, whole.tokens.numpy())
+    assert traced(ragged[:0], tf.constant(2)).tokens.shape == (0, 2, MAX_LENGTH)
+
+
+def _prefix_search(search, model, ids, prefix, **kwargs):
+    if search == "greedy":
+        return sampling.greedy_search(model, ids, MAX_LENGTH, prefix=prefix, **kwargs)
+    return beam.beam_search(model, ids, 3, MAX_LENGTH, prefix=prefix, **kwargs)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_target_prefix_starts_the_output_and_counts_in_its_score(tiny, search):
+    """Each row's output starts with its prefix (rows of other lengths, and none) and its
+    score is the model's log-probability of the whole output; an empty prefix gives the
+    output of no prefix; a row's limit leaves room for its prefix and [END]; a prefix
+    longer than the steps allow is cut."""
+    ids = tiny.context_ids
+    rows = len(ids)
+    plain = _prefix_search(search, tiny.model, ids, None)
+    for empty in (tf.zeros([rows, 0], tf.int64), tf.zeros([rows, 3], tf.int64)):
+        result = _prefix_search(search, tiny.model, ids, empty)
+        np.testing.assert_array_equal(result.tokens.numpy(), plain.tokens.numpy())
+        np.testing.assert_array_equal(result.scores.numpy(), plain.scores.numpy())
+    # Prefixes of 0 to 3 digits, unlike what the model would say.
+    rng = np.random.default_rng(0)
+    prefix = rng.integers(4, tiny.target_tokenizer.vocab_size, size=(rows, 3))
+    prefix[np.arange(3)[None, :] >= (np.arange(rows) % 4)[:, None]] = 0
+    limits = tf.constant(np.where(np.arange(rows) % 2, 1, MAX_LENGTH), tf.int32)
+    result = _prefix_search(search, tiny.model, ids, tf.constant(prefix), row_limits=limits)
+    tokens, lengths = result.tokens.numpy(), result.lengths.numpy()
+    for row in range(rows):
+        given = prefix[row][prefix[row] > 0]
+        np.testing.assert_array_equal(tokens[row, : len(given)], given)
+        assert lengths[row] > len(given) and tokens[row, lengths[row] - 1] == END_ID
+        if limits[row] == 1:  # raised to fit the prefix: the prefix, then [END]
+            assert lengths[row] == len(given) + 1
+    np.testing.assert_allclose(
+        result.scores.numpy(), _teacher_forced_scores(tiny.model, ids, tokens, lengths), atol=1e-4
+    )
+    # The rows without a prefix read as without one.
+    free = np.arange(rows) % 4 == 0
+    unlimited = _prefix_search(search, tiny.model, ids, tf.constant(prefix))
+    np.testing.assert_array_equal(unlimited.tokens.numpy()[free], plain.tokens.numpy()[free])
+    # A prefix of every step but the last: cut to leave [END] its step.
+    long = np.full((rows, MAX_LENGTH + 4), 5)
+    result = _prefix_search(search, tiny.model, ids, tf.constant(long))
+    assert np.all(result.tokens.numpy()[:, : MAX_LENGTH - 1] == 5)
+    assert np.all(result.lengths.numpy() == MAX_LENGTH)
+
+
+def test_a_target_prefix_in_sub_batches_and_over_many_rows(tiny):
+    """Prefixes follow their rows through the sort by source length, and through greedy
+    and beam search's loops over the rows still decoding (many rows)."""
+    rows = max(MATMUL_ATTENTION_ROWS, len(tiny.sentences))
+    ids = tf.constant(np.resize(tiny.context_ids.numpy(), (rows, tiny.context_ids.shape[1])))
+    prefix = np.where(np.arange(4)[None, :] < (np.arange(rows) % 5)[:, None], 7, 0)
+    prefix = tf.constant(prefix, tf.int64)
+    for search in ("greedy", "beam"):
+        cached = _prefix_search(search, tiny.model, ids, prefix)
+        uncached = _prefix_search(search, tiny.model, ids, prefix, use_cache=False)
+        np.testing.assert_array_equal(cached.tokens.numpy(), uncached.tokens.numpy())
+        np.testing.assert_allclose(cached.scores.numpy(), uncached.scores.numpy(), atol=1e-4)
+    ragged = tiny.source_tokenizer.tokenize(tf.constant(tiny.sentences))
+    ragged_prefix = tf.RaggedTensor.from_tensor(prefix[: len(tiny.sentences)], padding=0)
+    search = sampling.GreedySearch(max_length=MAX_LENGTH)
+    whole = search(tiny.model, ragged.to_tensor(), prefix=prefix[: len(tiny.sentences)])
+    parts = sub_batches.in_sub_batches(tiny.model, search, ragged, 3, prefix=ragged_prefix)
+    np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())

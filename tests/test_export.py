@@ -29,17 +29,50 @@ try:
 except ImportError:
     pass
 loaded = tf.saved_model.load(sys.argv[1])
-texts = [t.encode("latin-1") for t in json.load(sys.stdin)]
+request = json.load(sys.stdin)
+texts = [t.encode("latin-1") for t in request["texts"]]
+prefixes = [t.encode("latin-1") for t in request["prefixes"]]
+
+
+def strings(tensor):
+    return [t.decode("utf-8") for t in tensor.numpy().reshape(-1)]
+
+
+def text_of(rows):
+    return tf.constant(rows, tf.string, shape=[len(rows)])
+
+
 result = {}
-for name in ("serving_default", "beam_search"):
-    out = loaded.signatures[name](text=tf.constant(texts, tf.string, shape=[len(texts)]))
+for name in ("serving_default", "beam_search", "greedy_with_prefix", "beam_search_with_prefix"):
+    inputs = {"text": text_of(texts)}
+    empty = {"text": text_of([])}
+    if name.endswith("_with_prefix"):
+        inputs["prefix"], empty["prefix"] = text_of(prefixes), text_of([])
+    out = loaded.signatures[name](**inputs)
     result[name] = {
-        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
+        "translation": strings(out["translation"]),
         "score": out["score"].numpy().tolist(),
         "source_truncated": out["source_truncated"].numpy().tolist(),
+        "outputs": sorted(out),
     }
-    empty = loaded.signatures[name](text=tf.constant([], tf.string))
+    if "prefix_truncated" in out:
+        result[name]["prefix_truncated"] = out["prefix_truncated"].numpy().tolist()
+    empty = loaded.signatures[name](**empty)
     result[name]["empty"] = [empty["translation"].shape.as_list(), empty["score"].shape.as_list()]
+k = tf.constant(2)
+out = loaded.signatures["nbest"](text=text_of(texts), num_hypotheses=k)
+empty = loaded.signatures["nbest"](text=text_of([]), num_hypotheses=k)
+result["nbest"] = {
+    "translations": [strings(row) for row in out["translations"]],
+    "scores": out["scores"].numpy().tolist(),
+    "source_truncated": out["source_truncated"].numpy().tolist(),
+    "outputs": sorted(out),
+    "empty": [empty["translations"].shape.as_list(), empty["scores"].shape.as_list()],
+}
+try:
+    loaded.signatures["nbest"](text=text_of(texts[:1]), num_hypotheses=tf.constant(9))
+except tf.errors.InvalidArgumentError as error:
+    result["nbest"]["too_many"] = "num_hypotheses must be" in error.message
 json.dump(result, sys.stdout)
 """
 
@@ -51,13 +84,30 @@ TEXTS = [
     "one \xff\xfe two",  # sent as these raw bytes: not UTF-8
     "nine five",
 ] + ["two six"] * 506  # 512 rows in all
+# A target prefix a row, hostile ones among them: empty, whitespace, beyond the steps,
+# undecodable bytes, a 1 MB string.
+PREFIXES = (
+    [
+        "3",
+        "",
+        "  \t ",
+        " ".join(["8"] * 40),
+        "\xff\xfe 1",
+        "9 5 7",
+        "one two " * (1 << 17),
+    ]
+    + ["2", ""] * 252
+    + [""]
+)
 
 
-def serve_in_fresh_process(path, texts) -> dict:
-    """`FRESH_PROCESS`'s answers for `texts` (sent as latin-1 bytes) from the export at `path`."""
+def serve_in_fresh_process(path, texts, prefixes=None) -> dict:
+    """`FRESH_PROCESS`'s answers for `texts` (sent as latin-1 bytes) from the export at
+    `path`, and for `prefixes` (one a text, "" by default) through the prefix signatures."""
+    prefixes = [""] * len(texts) if prefixes is None else prefixes
     run = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(path)],
-        input=json.dumps(texts),
+        input=json.dumps({"texts": texts, "prefixes": prefixes}),
         capture_output=True,
         text=True,
         timeout=300,
@@ -98,7 +148,7 @@ def exported_xla(tiny_translation_model, tmp_path_factory):
 
 
 def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):
-    """Greedy and beam search are functions that must compile with XLA (what the model
+    """Greedy, beam and n-best search are functions that must compile with XLA (what the model
     server's --xla_cpu_compilation_enabled runs), one for each padded source length (16
     and 24 tokens for the tiny model's 24); the default export has none."""
 
@@ -110,7 +160,8 @@ def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):
 
     translator, _, path = exported_xla
     assert translator.max_source_length == 24 and JIT_SOURCE_LENGTH_STEP == 16
-    assert len(compiled_functions(path)) == 2 * 2
+    # Greedy, beam and n-best searches; prefixes decode without XLA.
+    assert len(compiled_functions(path)) == 3 * 2
     assert compiled_functions(exported[2]) == []
 
 
@@ -171,25 +222,65 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
 
 @pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "wordpiece_xla"])
 def test_fresh_process_without_the_library_gives_the_same_translations(kind, request):
+    """Every signature, in a process with only tensorflow and tensorflow_text, answers
+    as the translator in memory does, hostile rows and prefixes included."""
     fixture = {"wordpiece": "exported", "sentencepiece": "exported_sentencepiece"}
     translator, _, path = request.getfixturevalue(fixture.get(kind, "exported_xla"))
-    served = serve_in_fresh_process(path, TEXTS)
+    assert len(TEXTS) == len(PREFIXES) == 512
+    served = serve_in_fresh_process(path, TEXTS, PREFIXES)
     raw = [t.encode("latin-1") for t in TEXTS]
+    prefixes = [t.encode("latin-1") for t in PREFIXES]
     expected = {
         "serving_default": translator(raw),
         "beam_search": translator(raw, method="beam", beam_width=3),
+        "greedy_with_prefix": translator(raw, prefix=prefixes),
+        "beam_search_with_prefix": translator(raw, method="beam", beam_width=3, prefix=prefixes),
     }
+    cut_sources = [row == " ".join(["eight"] * 300) for row in TEXTS]
     for name, outputs in expected.items():
         translations = [t.decode("utf-8") for t in outputs["translation"].numpy()]
         assert served[name]["translation"] == translations, name
         np.testing.assert_allclose(served[name]["score"], outputs["score"].numpy(), atol=1e-4)
+        assert np.all(np.isfinite(served[name]["score"])), name
         truncated = outputs["source_truncated"].numpy().tolist()
-        assert served[name]["source_truncated"] == truncated, name
-        assert truncated == [row == " ".join(["eight"] * 300) for row in TEXTS], name
+        assert served[name]["source_truncated"] == truncated == cut_sources, name
         assert len(served[name]["score"]) == 512
         assert served[name]["empty"] == [[0], [0]]
+    for name in ("greedy_with_prefix", "beam_search_with_prefix"):
+        assert served[name]["outputs"] == [
+            "prefix_truncated",
+            "score",
+            "source_truncated",
+            "translation",
+        ]
+        cut = expected[name]["prefix_truncated"].numpy().tolist()
+        assert served[name]["prefix_truncated"] == cut == [i in (3, 6) for i in range(512)]
+        # Rows without a prefix read as they do without one (the trained model's
+        # beams, ties aside).
+        plain = "serving_default" if name == "greedy_with_prefix" else "beam_search"
+        for i in (1, 2, 8, 511):
+            assert served[name]["translation"][i] == served[plain]["translation"][i], (name, i)
+    # n-best: the first of each row is the beam's translation and score.
+    nbest = served["nbest"]
+    assert nbest["outputs"] == ["scores", "source_truncated", "translations"]
+    assert nbest["empty"] == [[0, 2], [0, 2]] and nbest["too_many"]
+    assert [row[0] for row in nbest["translations"]] == served["beam_search"]["translation"]
+    np.testing.assert_allclose(
+        np.array(nbest["scores"])[:, 0], served["beam_search"]["score"], atol=1e-5
+    )
+    assert nbest["source_truncated"] == cut_sources
+    in_memory = translator(raw, method="beam", beam_width=3, num_hypotheses=2)
+    assert nbest["translations"] == [
+        [t.decode("utf-8") for t in row] for row in in_memory["translations"].numpy()
+    ]
+    np.testing.assert_allclose(nbest["scores"], in_memory["scores"].numpy(), atol=1e-4)
+    scores = np.array(nbest["scores"])
+    assert np.all(np.isfinite(scores)) and np.all(scores <= 0)
     if kind.startswith("wordpiece"):  # the trained tiny model
         assert served["serving_default"]["translation"][0] == "3 1 4"
+        prefixed = served["greedy_with_prefix"]["translation"]
+        assert prefixed[0].startswith("3") and prefixed[5].startswith("9 5 7")
+        assert prefixed[3] == " ".join(["8"] * (translator.max_length - 1))
 
 
 def test_saved_model_cli_lists_the_signatures(exported):
@@ -204,8 +295,14 @@ def test_saved_model_cli_lists_the_signatures(exported):
         timeout=120,
     )
     assert shown.returncode == 0, shown.stderr[-2000:]
-    for expected in ("signature_def['serving_default']", "signature_def['beam_search']"):
-        assert expected in shown.stdout
+    for name in (
+        "serving_default",
+        "beam_search",
+        "nbest",
+        "greedy_with_prefix",
+        "beam_search_with_prefix",
+    ):
+        assert f"signature_def['{name}']" in shown.stdout
     assert "inputs['text']" in shown.stdout and "outputs['translation']" in shown.stdout
     assert "outputs['score']" in shown.stdout and "DT_STRING" in shown.stdout
     assert "outputs['source_truncated']" in shown.stdout and "DT_BOOL" in shown.stdout

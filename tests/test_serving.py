@@ -7,7 +7,9 @@ The hostile rows: those tested since the first export (an empty string,
 whitespace only, a source over the limit, undecodable bytes, out-of-vocabulary
 characters, a request of zero rows, bad rows among good ones, 512 rows in one
 request: test_export.py) and a 1 MB string, control characters, right-to-left
-and combining characters, and 10,000 rows in one request.
+and combining characters, and 10,000 rows in one request. The hostile rows and the
+zero-row request go through the n-best and prefix signatures too (each row its own
+prefix, so the prefixes are as hostile as the rows).
 """
 
 import json
@@ -37,7 +39,9 @@ HOSTILE = {
 }
 
 # Runs in a fresh interpreter where `import keras_transformer` fails; reads the
-# requests (lists of latin-1 encoded bytes) on stdin, prints the answers.
+# requests (lists of latin-1 encoded bytes) on stdin, prints the answers. With a
+# second argument "all", also those of the n-best signature (2 hypotheses) and of the
+# prefix signatures, each row's text its own prefix (hostile prefixes too).
 SERVE = r"""
 import json, sys
 sys.modules["keras_transformer"] = None
@@ -55,13 +59,29 @@ for texts in json.load(sys.stdin):
         "source_truncated": served["source_truncated"].numpy().tolist(),
         "outputs": sorted(served),
     })
+    if sys.argv[2:] != ["all"]:
+        continue
+    nbest = loaded.signatures["nbest"](text=text, num_hypotheses=tf.constant(2))
+    answers[-1]["nbest"] = {
+        "translation": [[t.decode("utf-8") for t in row] for row in nbest["translations"].numpy()],
+        "score": nbest["scores"].numpy().tolist(),
+        "source_truncated": nbest["source_truncated"].numpy().tolist(),
+    }
+    for name in ("greedy_with_prefix", "beam_search_with_prefix"):
+        served = loaded.signatures[name](text=text, prefix=text)
+        answers[-1][name] = {
+            "translation": [t.decode("utf-8") for t in served["translation"].numpy()],
+            "score": served["score"].numpy().tolist(),
+            "source_truncated": served["source_truncated"].numpy().tolist(),
+            "prefix_truncated": served["prefix_truncated"].numpy().tolist(),
+        }
 json.dump(answers, sys.stdout)
 """
 
 
-def _serve(path, requests: list[list[bytes]]) -> list[dict]:
+def _serve(path, requests: list[list[bytes]], every_signature: bool = False) -> list[dict]:
     run = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path)],
+        [sys.executable, "-c", SERVE, str(path), *(["all"] if every_signature else [])],
         input=json.dumps([[t.decode("latin-1") for t in texts] for texts in requests]),
         capture_output=True,
         text=True,
@@ -85,6 +105,15 @@ def _assert_answered(answer: dict, rows: int):
     assert len(answer["source_truncated"]) == rows
     scores = np.array(answer["score"])
     assert np.all(np.isfinite(scores)) and np.all(scores <= 0)
+    for name in ("nbest", "greedy_with_prefix", "beam_search_with_prefix"):
+        if name in answer:
+            assert answer[name]["source_truncated"] == answer["source_truncated"], name
+            _assert_answered(answer[name], rows)
+    if "nbest" in answer:
+        assert all(len(row) == 2 for row in answer["nbest"]["translation"])
+    for name in ("greedy_with_prefix", "beam_search_with_prefix"):
+        if name in answer:
+            assert len(answer[name]["prefix_truncated"]) == rows
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +123,7 @@ def answers(exported) -> dict:
     hostile = [row for row, _ in HOSTILE.values()]
     mixed = normal[:2] + hostile + normal[2:]
     normal_answer, none, *alone, mixed_answer = _serve(
-        exported, [normal, [], *([row] for row in hostile), mixed]
+        exported, [normal, [], *([row] for row in hostile), mixed], every_signature=True
     )
     _assert_answered(mixed_answer, len(mixed))
     return {
@@ -104,6 +133,14 @@ def answers(exported) -> dict:
         # The answer of each row of the mixed request, by its name (or index, normal rows).
         "mixed": {
             name: (mixed_answer["translation"][i], mixed_answer["source_truncated"][i])
+            for i, name in enumerate([0, 1, *HOSTILE, 2, 3])
+        },
+        # Those of the n-best and prefix signatures.
+        "mixed_more": {
+            name: {
+                signature: mixed_answer[signature]["translation"][i]
+                for signature in ("nbest", "greedy_with_prefix", "beam_search_with_prefix")
+            }
             for i, name in enumerate([0, 1, *HOSTILE, 2, 3])
         },
     }
@@ -124,6 +161,13 @@ def test_a_hostile_row_is_answered_alone_and_among_others(answers, name):
     assert alone["source_truncated"] == [cut]
     # Among normal rows and the other hostile ones, it reads as it does alone.
     assert answers["mixed"][name] == (alone["translation"][0], cut)
+    # So do its n-best list and its translation with itself as its target prefix (an
+    # overlong one cut and flagged).
+    more = answers["mixed_more"][name]
+    for signature in ("nbest", "greedy_with_prefix", "beam_search_with_prefix"):
+        assert more[signature] == alone[signature]["translation"][0], signature
+    for signature in ("greedy_with_prefix", "beam_search_with_prefix"):
+        assert alone[signature]["prefix_truncated"] == [name in ("300 words", "1 MB")]
 
 
 def test_hostile_rows_leave_their_neighbours_alone(answers):

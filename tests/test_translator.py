@@ -265,7 +265,8 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
     outputs = translator([" ".join(["seven"] * 3000)])
     assert outputs["context_ids"].shape == (1, 128) and outputs["source_truncated"].numpy()[0]
     limits = {k: int(v) for k, v in translator.serving_limits().items()}
-    assert limits == {"max_source_length": 128, "sub_batch_size": 64, "max_length": 4}
+    expected = {"max_source_length": 128, "sub_batch_size": 64, "max_length": 4, "beam_width": 4}
+    assert limits == expected
     for kwargs in ({"max_source_length": 25}, {"max_source_length": 1}):
         with pytest.raises(ValueError, match="max_source_length"):
             Translator(tiny.model, *tokenizers, **kwargs)
@@ -282,3 +283,59 @@ def test_source_limit_defaults_and_bad_arguments(tiny_translation_model):
         Translator(tiny.model, *tokenizers, length_penalty_alpha=-0.2)
     with pytest.raises(ValueError, match="use_cache"):
         Translator(tiny.model, *tokenizers, jit_compile=True, use_cache=False)
+
+
+def test_nbest_lists_start_with_the_beam_s_translation(translator):
+    """Each row's k best translations, best first: the first is beam search's, its
+    score too; scores are log-probabilities (the beam's score), and bad rows are
+    answered as the beam answers them."""
+    texts = ["three one four", "two seven", *BAD_INPUTS]
+    best = translator(texts, method="beam", beam_width=3)
+    nbest = translator(texts, method="beam", beam_width=3, num_hypotheses=3)
+    assert nbest["translations"].shape == nbest["scores"].shape == (len(texts), 3)
+    assert nbest["translations"].numpy()[:, 0].tolist() == best["translation"].numpy().tolist()
+    np.testing.assert_array_equal(nbest["scores"].numpy()[:, 0], best["score"].numpy())
+    np.testing.assert_array_equal(nbest["source_truncated"], best["source_truncated"])
+    assert np.all(np.isfinite(nbest["scores"].numpy())) and np.all(nbest["scores"].numpy() <= 0)
+    empty = translator.translate_nbest(tf.constant([], tf.string), 3, 2)
+    assert empty["translations"].shape == (0, 2) and empty["scores"].shape == (0, 2)
+    for k in (0, 4):
+        with pytest.raises(ValueError, match="num_hypotheses"):
+            translator(["one"], method="beam", beam_width=3, num_hypotheses=k)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="num_hypotheses must be"):
+            translator.translate_nbest(tf.constant(["one"]), 3, k)
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        translator(["one"], num_hypotheses=1)  # greedy
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_a_target_prefix_starts_each_translation(translator, method):
+    """The translation starts with its row's prefix (target-side text) and continues
+    from it; rows with an empty prefix read as without one; a prefix past the steps
+    is cut and flagged; bad rows and bad prefixes are answered."""
+    texts = ["three one four", "two seven", "nine", *BAD_INPUTS]
+    prefixes = ["3 9", "", "5", "1", "", " ".join(["4"] * 40), b"\xff 2", "7 ☃"]
+    plain = translator(texts, method=method)
+    given = translator(texts, method=method, prefix=prefixes)
+    translations = [t.decode() for t in given["translation"].numpy()]
+    assert translations[0].startswith("3 9") and translations[2].startswith("5")
+    assert translations[1] == plain["translation"].numpy()[1].decode()
+    assert given["score"].numpy()[1] == plain["score"].numpy()[1]
+    assert given["prefix_truncated"].numpy().tolist() == [i == 5 for i in range(len(texts))]
+    assert translations[5] == " ".join(["4"] * (translator.max_length - 1))
+    tokens = given["tokens"].numpy()
+    assert (
+        tokens[0, :2].tolist()
+        == translator.target_tokenizer.tokenize(["3 9"])[0, 1:-1].numpy().tolist()
+    )
+    assert np.all(np.isfinite(given["score"].numpy())) and np.all(given["score"].numpy() <= 0)
+    # Empty prefixes throughout: the translations without one.
+    none = translator(texts, method=method, prefix=[""] * len(texts))
+    assert none["translation"].numpy().tolist() == plain["translation"].numpy().tolist()
+    np.testing.assert_array_equal(none["score"].numpy(), plain["score"].numpy())
+    with pytest.raises(ValueError, match="prefix"):
+        translator(texts, method=method, prefix=prefixes[:2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="as many rows"):
+        translator.translate_with_prefix(tf.constant(["one", "two"]), tf.constant(["1"]))
+    empty = translator.translate_with_prefix(tf.constant([], tf.string), tf.constant([], tf.string))
+    assert empty["translation"].shape == (0,) and empty["prefix_truncated"].shape == (0,)

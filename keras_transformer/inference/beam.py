@@ -82,15 +82,19 @@ def _top(values, k, *gathered):
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class BeamSearch(Search):
-    """Beam search with the GNMT length penalty; returns the best hypothesis per row.
+    """Beam search with the GNMT length penalty; returns the best hypothesis per row,
+    or its `num_hypotheses` best (an n-best list).
 
     Hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha
     (alpha 0: plain log-probability). Each step keeps the `beam_width` best
     unfinished hypotheses; one that emits [END] joins the row's finished list.
     A row stops when no unfinished hypothesis can still beat its best finished
-    one. The returned `scores` are plain log-probabilities. From
+    one (its k-th best, for an n-best list of k). The returned `scores` are plain
+    log-probabilities (of the whole output, a target prefix included). From
     `MATMUL_ATTENTION_ROWS` hypotheses on, the loop steps only the sentences
-    still searching, with the same results.
+    still searching, with the same results. With a target prefix (the call's
+    `prefix`), the hypotheses of a row within its prefix may only continue with
+    the prefix's next token.
 
     Args:
         max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`; at its
@@ -99,23 +103,42 @@ class BeamSearch(Search):
         beam_width: int, or int32 scalar tensor (it may vary between calls of one
             traced function; it is then checked in the graph). Defaults to 4.
         length_penalty_alpha: float >= 0. 0 disables the penalty. Defaults to 0.6.
+        num_hypotheses: int or int32 scalar tensor k, 1 <= k <= `beam_width`
+            (a tensor is checked in the graph), or None. With k, the result has
+            a hypothesis axis: each row's k best hypotheses, best first (tokens
+            `(batch, k, max_length)`, lengths and scores `(batch, k)`): those
+            that ended, and, in a row that ran out of steps, those still going
+            (complete at the length limit). The first is the hypothesis the
+            search returns without `num_hypotheses`. A row with fewer than k
+            hypotheses (one whose limit or prefix leaves fewer) fills the rest
+            with empty ones scored -inf. Defaults to None: the best, without
+            the hypothesis axis.
 
     Example:
     >>> search = BeamSearch(beam_width=4, max_length=32)
     >>> result = search(model, context_ids)  # the best hypothesis of each row
+    >>> nbest = search.replace(num_hypotheses=3)(model, context_ids)  # tokens (rows, 3, 32)
     """
 
     beam_width: int | tf.Tensor = 4
     length_penalty_alpha: float = 0.6
+    num_hypotheses: int | tf.Tensor | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        beam_width = self.beam_width
+        beam_width, k = self.beam_width, self.num_hypotheses
         if isinstance(beam_width, int) and beam_width <= 0:
             raise ValueError(f"`beam_width` must be a positive integer. Received: {beam_width}")
+        if isinstance(k, int) and not (
+            1 <= k and (not isinstance(beam_width, int) or k <= beam_width)
+        ):
+            raise ValueError(
+                f"`num_hypotheses` must be between 1 and `beam_width` ({beam_width}). "
+                f"Received: num_hypotheses={k}"
+            )
         check_length_penalty(self.length_penalty_alpha)
 
-    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream):
+    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream, forced):
         beam_width, length_penalty_alpha = self.beam_width, self.length_penalty_alpha
         stop_at_end, use_cache = self.stop_at_end, self.use_cache
         fixed_shapes = self.fixed_shapes
@@ -126,6 +149,7 @@ class BeamSearch(Search):
             check = tf.debugging.assert_positive(width, message="beam_width must be positive")
             with tf.control_dependencies([check]):
                 width = tf.identity(width)
+        k = self._checked_hypotheses(width)
         vocab = model.target_vocab_size
         batch = tf.shape(context_ids)[0]
         # Hypothesis k of row b is row b * width + k of the state.
@@ -140,12 +164,17 @@ class BeamSearch(Search):
         max_penalty = length_penalty(steps, length_penalty_alpha)
 
         def done(beams):
-            """Per row: no unfinished hypothesis can beat the best finished one. The best
-            an unfinished one can reach: its log-probability can only fall, and the
-            penalty grows at most to its value at max length."""
-            return beams.finished_score[:, 0] >= beams.alive_log_prob[:, 0] / max_penalty
+            """Per row: no unfinished hypothesis can beat the best finished one (the k-th
+            best, for k hypotheses). The best an unfinished one can reach: its
+            log-probability can only fall, and the penalty grows at most to its value
+            at max length."""
+            if k is None or isinstance(k, int):
+                kth = beams.finished_score[:, (k or 1) - 1]
+            else:
+                kth = tf.gather(beams.finished_score, k - 1, axis=1)
+            return kth >= beams.alive_log_prob[:, 0] / max_penalty
 
-        def advance(i, beams, state, limits, matmul_attention):
+        def advance(i, beams, state, limits, prefix_tokens, matmul_attention):
             """One step of `beams`' rows: the new beams, the state (the step's, in the
             old order) and the state's rows for the new order."""
             rows_now = tf.shape(beams.alive_log_prob)[0]
@@ -154,11 +183,16 @@ class BeamSearch(Search):
             # The loop's state has no static shapes; the candidates' selection needs
             # the vocabulary's.
             logits = tf.ensure_shape(logits, [None, vocab])
-            # At its limit a row may only end: every other token is ruled out.
+            # At its limit a row may only end: every other token is ruled out; within
+            # its prefix, a row may only take the prefix's token.
             must_end = None if limits is None else i + 1 >= limits
+            row_forced = prefix_tokens
+            if must_end is not None:
+                none = -tf.ones_like(must_end, tf.int64) if row_forced is None else row_forced
+                row_forced = tf.where(must_end, tf.constant(END_ID, tf.int64), none)
             # 2 * width candidates leave `width` unfinished ones even if `width` end here.
             top_log_prob, parent, token = candidates.best_candidates(
-                logits, beams.alive_log_prob, 2 * width, must_end
+                logits, beams.alive_log_prob, 2 * width, row_forced
             )
             seqs = write_column(tf.gather(beams.alive_seq, parent, batch_dims=1), i + 1, token)
             ends = tf.logical_and(tf.equal(token, END_ID), stop_at_end)
@@ -208,7 +242,10 @@ class BeamSearch(Search):
                 return tf.logical_and(i < steps, tf.logical_not(all_done))
 
             def body(i, beams, state):
-                beams, state, rows = advance(i, beams, state, row_limits, matmul_attention)
+                prefix_tokens = None if forced is None else forced[:, i]
+                beams, state, rows = advance(
+                    i, beams, state, row_limits, prefix_tokens, matmul_attention
+                )
                 return i + 1, beams, model.reorder_decoding_state(state, rows)
 
             beams, invariants = start()
@@ -228,8 +265,9 @@ class BeamSearch(Search):
 
             def body(i, beams, state, live):
                 limits = None if row_limits is None else tf.gather(row_limits, live)
+                prefix_tokens = None if forced is None else tf.gather(forced[:, i], live)
                 part = tf.nest.map_structure(lambda t: tf.gather(t, live), beams)
-                part, state, rows = advance(i, part, state, limits, matmul_attention)
+                part, state, rows = advance(i, part, state, limits, prefix_tokens, matmul_attention)
                 beams = tf.nest.map_structure(
                     lambda whole, new: tf.tensor_scatter_nd_update(whole, live[:, None], new),
                     beams,
@@ -268,6 +306,8 @@ class BeamSearch(Search):
         i, beams = attention_form_by_rows(
             batch * width, loop_by_form, use_cache and not fixed_shapes
         )
+        if k is not None:
+            return _best_hypotheses(beams, i, k, done(beams), length_penalty_alpha)
         # A row whose hypotheses all ran to max length has no finished one: take
         # the best unfinished hypothesis when it ranks above the best finished one.
         alive_score = beams.alive_log_prob[:, 0] / length_penalty(i, length_penalty_alpha)
@@ -278,6 +318,51 @@ class BeamSearch(Search):
         lengths = tf.where(use_alive, i, beams.finished_length[:, 0])
         scores = tf.where(use_alive, beams.alive_log_prob[:, 0], beams.finished_log_prob[:, 0])
         return DecodeResult(tokens, lengths, scores)
+
+    def _checked_hypotheses(self, width):
+        """`num_hypotheses` as given, checked in the graph when it or the width is a
+        tensor (`checked_num_hypotheses`), or None."""
+        k = self.num_hypotheses
+        if k is None or (isinstance(k, int) and isinstance(self.beam_width, int)):
+            return k
+        return checked_num_hypotheses(k, width)
+
+
+def checked_num_hypotheses(num_hypotheses, beam_width):
+    """`num_hypotheses` as an int32 tensor that fails (InvalidArgumentError) unless
+    1 <= it <= `beam_width`: the graph's check of an n-best list's size."""
+    k = tf.cast(num_hypotheses, tf.int32)
+    message = "num_hypotheses must be between 1 and beam_width"
+    checks = [
+        tf.debugging.assert_positive(k, message=message),
+        tf.debugging.assert_less_equal(k, tf.cast(beam_width, tf.int32), message=message),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(k)
+
+
+def _best_hypotheses(beams, steps_run, k, done, alpha: float) -> DecodeResult:
+    """Each row's `k` best hypotheses, best first (`BeamSearch`'s `num_hypotheses`): the
+    finished ones, and the unfinished ones of rows not `done` (they ran out of steps
+    and end at the length limit), those ranked by their penalized log-probability at
+    `steps_run` tokens. Finished ones come first among equals, as without
+    `num_hypotheses`; slots no hypothesis fills get no tokens, length 0 and -inf."""
+    alive_score = beams.alive_log_prob / length_penalty(steps_run, alpha)
+    alive_score = tf.where(done[:, None], -math.inf, alive_score)
+    alive_length = tf.fill(tf.shape(beams.alive_log_prob), steps_run)
+    score, seq, log_prob, length = _top(
+        tf.concat([beams.finished_score, alive_score], axis=1),
+        k,
+        tf.concat([beams.finished_seq, beams.alive_seq], axis=1)[:, :, 1:],
+        tf.concat([beams.finished_log_prob, beams.alive_log_prob], axis=1),
+        tf.concat([beams.finished_length, alive_length], axis=1),
+    )
+    found = score > -math.inf
+    return DecodeResult(
+        tf.where(found[:, :, None], seq, tf.zeros_like(seq)),
+        tf.where(found, length, 0),
+        tf.where(found, log_prob, -math.inf),
+    )
 
 
 def beam_search(
@@ -291,15 +376,19 @@ def beam_search(
     row_limits=None,
     fixed_shapes: bool = False,
     fused_weights=None,
+    num_hypotheses=None,
+    prefix=None,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty (`BeamSearch` as a function).
 
     Args:
         model: a built `Transformer`.
         context_ids: int `(batch, source_length)`.
-        beam_width, length_penalty_alpha: as for `BeamSearch`.
+        beam_width, length_penalty_alpha, num_hypotheses: as for `BeamSearch`.
         max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
-        row_limits, fused_weights: as for a `Search`'s call.
+        row_limits, fused_weights, prefix: as for a `Search`'s call (with a
+            prefix, the scores are the whole output's log-probability, prefix
+            included).
     """
     search = BeamSearch(
         max_length=max_length,
@@ -308,5 +397,8 @@ def beam_search(
         fixed_shapes=fixed_shapes,
         beam_width=beam_width,
         length_penalty_alpha=length_penalty_alpha,
+        num_hypotheses=num_hypotheses,
     )
-    return search(model, context_ids, row_limits=row_limits, fused_weights=fused_weights)
+    return search(
+        model, context_ids, row_limits=row_limits, fused_weights=fused_weights, prefix=prefix
+    )

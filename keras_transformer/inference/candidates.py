@@ -15,8 +15,6 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID
-
 # Entries per chunk in `top_per_row`'s first pass.
 _CHUNK = 64
 
@@ -44,7 +42,7 @@ def top_per_row(values, k):
     return top_values, ids
 
 
-def best_candidates(logits, alive_log_prob, k, must_end=None):
+def best_candidates(logits, alive_log_prob, k, forced=None):
     """The `k` best continuations of each row's hypotheses: `alive_log_prob` plus
     the next token's log-probability, over every hypothesis and token.
 
@@ -56,8 +54,9 @@ def best_candidates(logits, alive_log_prob, k, must_end=None):
         logits: float32 `(rows * width, vocab)`.
         alive_log_prob: float32 `(rows, width)`.
         k: int or int32 scalar, at least 1.
-        must_end: optional bool `(rows,)`: such a row's hypotheses may only
-            continue with [END] (their other tokens score -inf).
+        forced: optional int `(rows,)`, a token per row, -1 for none: such a row's
+            hypotheses may only continue with it (their other tokens score -inf).
+            [END] at a row's limit, a target prefix's next token.
 
     Returns:
         `(log_prob, parent, token)`, `(rows, k')` each with k' = min(k, width *
@@ -73,12 +72,14 @@ def best_candidates(logits, alive_log_prob, k, must_end=None):
     row_max = top_logits[:, :1]
     log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=-1, keepdims=True))
     log_probs = (top_logits - row_max) - log_sum
-    if must_end is not None:
-        end_log_prob = (logits[:, END_ID : END_ID + 1] - row_max) - log_sum
-        forced = tf.repeat(must_end, width)[:, None]
+    if forced is not None:
+        token = tf.cast(tf.repeat(forced, width)[:, None], ids.dtype)  # (rows * width, 1)
+        is_forced = token >= 0
+        forced_logit = tf.gather(logits, tf.maximum(token, 0), batch_dims=1)
+        forced_log_prob = (forced_logit - row_max) - log_sum
         first = tf.range(per_hypothesis)[None, :] == 0
-        log_probs = tf.where(forced, tf.where(first, end_log_prob, -math.inf), log_probs)
-        ids = tf.where(tf.logical_and(forced, first), END_ID, ids)
+        log_probs = tf.where(is_forced, tf.where(first, forced_log_prob, -math.inf), log_probs)
+        ids = tf.where(tf.logical_and(is_forced, first), token, ids)
     rows = tf.shape(alive_log_prob)[0]
     candidates = tf.reshape(
         alive_log_prob[:, :, None] + tf.reshape(log_probs, [rows, width, -1]), [rows, -1]

@@ -11,14 +11,25 @@ needs nothing but TensorFlow and tensorflow-text to run:
                      [None]), token_scores (float32, [None, None]), length (int32, [None]),
                      source_truncated, target_truncated (bool, [None])
                                                         given translations, teacher-forced
+    nbest:           text (string, [None]), num_hypotheses (int32, scalar k) ->
+                     translations (string, [None, k]), scores (float32, [None, k]),
+                     source_truncated (bool, [None])    each row's k best by beam search
+    greedy_with_prefix:      text, prefix (string, [None] each) -> serving_default's
+                             outputs and prefix_truncated (bool, [None])
+    beam_search_with_prefix: same inputs and outputs, by beam search
 
-`source_truncated` is True for a row whose source was longer than the
-export's source limit and was cut there; `target_truncated`, for a target longer
-than its most generated tokens (`inference.scoring`). Loaded with
-`tf.saved_model.load`, it also offers `translate(text)` and
-`translate_beam(text, beam_width)` (any width) with token ids, `score(source,
-target)`, and `serving_limits()`: the source limit, the rows decoded together
-and the most generated tokens it was exported with.
+`source_truncated` is True for a row whose source was longer than the export's
+source limit and was cut there; `target_truncated`, for a target longer than its
+most generated tokens (`inference.scoring`). `prefix` is target-side text the
+row's translation starts with ("" for none); a prefix over `max_length - 1`
+tokens is cut there and flagged in `prefix_truncated`. TF Serving needs every
+input of a signature, hence signatures of their own for prefixes. Loaded with
+`tf.saved_model.load`, it also offers `translate(text)`, `translate_beam(text,
+beam_width)` (any width), `translate_nbest(text, beam_width, num_hypotheses)`,
+`translate_with_prefix(text, prefix)` and `translate_beam_with_prefix(text,
+prefix, beam_width)` with token ids, `score(source, target)`, and
+`serving_limits()`: the source limit, the rows decoded together, the most
+generated tokens and the beam width it was exported with.
 """
 
 from __future__ import annotations
@@ -33,11 +44,18 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
 from keras_transformer.inference import scoring
-from keras_transformer.inference.translator import TEXT_SPEC, Translator
+from keras_transformer.inference.translator import (
+    NUM_HYPOTHESES_SPEC,
+    PREFIX_SPEC,
+    TEXT_SPEC,
+    Translator,
+)
 from keras_transformer.training.run_dir import load_run
 
 DEFAULT_EXPORT_ROOT = "saved_models"
 SIGNATURE_OUTPUTS = ("translation", "score", "source_truncated")
+NBEST_OUTPUTS = ("translations", "scores", "source_truncated")
+PREFIX_OUTPUTS = (*SIGNATURE_OUTPUTS, "prefix_truncated")
 
 
 def next_version(model_dir: str | os.PathLike) -> int:
@@ -111,6 +129,33 @@ def _signatures(translator: Translator) -> dict:
     return {"serving_default": serving_default, "beam_search": beam_search, "score": score}
 
 
+def _nbest_and_prefix_signatures(translator: Translator) -> dict:
+    """`nbest`, `greedy_with_prefix` and `beam_search_with_prefix` (the export's width)."""
+    width = tf.constant(translator.beam_width)
+
+    def select(outputs, keys):
+        return {key: outputs[key] for key in keys}
+
+    @tf.function(input_signature=[TEXT_SPEC, NUM_HYPOTHESES_SPEC])
+    def nbest(text, num_hypotheses):
+        return select(translator.translate_nbest(text, width, num_hypotheses), NBEST_OUTPUTS)
+
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    def greedy_with_prefix(text, prefix):
+        return select(translator.translate_with_prefix(text, prefix), PREFIX_OUTPUTS)
+
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    def beam_search_with_prefix(text, prefix):
+        outputs = translator.translate_beam_with_prefix(text, prefix, width)
+        return select(outputs, PREFIX_OUTPUTS)
+
+    return {
+        "nbest": nbest,
+        "greedy_with_prefix": greedy_with_prefix,
+        "beam_search_with_prefix": beam_search_with_prefix,
+    }
+
+
 def export_translator(
     translator_or_model,
     export_root: str | os.PathLike = DEFAULT_EXPORT_ROOT,
@@ -167,7 +212,8 @@ def export_translator(
     remove_stale_staging(model_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}-{os.getpid()}-", dir=model_dir))
     try:
-        tf.saved_model.save(translator, str(staging), signatures=_signatures(translator))
+        signatures = {**_signatures(translator), **_nbest_and_prefix_signatures(translator)}
+        tf.saved_model.save(translator, str(staging), signatures=signatures)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -262,6 +308,69 @@ def translate_rows(
             (t.decode("utf-8", errors="replace"), float(s), bool(c))
             for t, s, c in zip(
                 translations, outputs["score"].numpy(), truncated.numpy(), strict=True
+            )
+        )
+    return results
+
+
+def translate_nbest_rows(
+    saved_model,
+    texts: list[str | bytes],
+    num_hypotheses: int,
+    beam_width: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[list[tuple[str, float]], bool]]:
+    """Each text's `num_hypotheses` best (translation, score), best first, and whether its
+    source was cut, with a loaded SavedModel: by beam search of `beam_width` (the
+    export's `nbest` signature when None), `batch_size` rows per call."""
+    results: list[tuple[list[tuple[str, float]], bool]] = []
+    k = tf.constant(num_hypotheses, tf.int32)
+    for start in range(0, len(texts), batch_size):
+        text = tf.constant(texts[start : start + batch_size], tf.string)
+        if beam_width is None:
+            outputs = saved_model.signatures["nbest"](text=text, num_hypotheses=k)
+        else:
+            outputs = saved_model.translate_nbest(text, tf.constant(beam_width, tf.int32), k)
+        for translations, scores, cut in zip(
+            outputs["translations"].numpy(),
+            outputs["scores"].numpy(),
+            outputs["source_truncated"].numpy(),
+            strict=True,
+        ):
+            hypotheses = [
+                (t.decode("utf-8", errors="replace"), float(s))
+                for t, s in zip(translations, scores, strict=True)
+            ]
+            results.append((hypotheses, bool(cut)))
+    return results
+
+
+def translate_prefixed_rows(
+    saved_model,
+    texts: list[str | bytes],
+    prefixes: list[str | bytes],
+    beam_width: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[str, float, bool]]:
+    """`translate_rows` with each text's translation starting with its target prefix
+    (text, one per text; "" for none): greedy, or beam search of `beam_width`."""
+    results: list[tuple[str, float, bool]] = []
+    for start in range(0, len(texts), batch_size):
+        text = tf.constant(texts[start : start + batch_size], tf.string)
+        prefix = tf.constant(prefixes[start : start + batch_size], tf.string)
+        if beam_width is None:
+            outputs = saved_model.translate_with_prefix(text, prefix)
+        else:
+            outputs = saved_model.translate_beam_with_prefix(
+                text, prefix, tf.constant(beam_width, tf.int32)
+            )
+        results.extend(
+            (t.decode("utf-8", errors="replace"), float(s), bool(c))
+            for t, s, c in zip(
+                outputs["translation"].numpy(),
+                outputs["score"].numpy(),
+                outputs["source_truncated"].numpy(),
+                strict=True,
             )
         )
     return results

@@ -39,10 +39,14 @@ def _token_search(
     fixed_shapes: bool = False,
     drop_ended_rows: bool = False,
     fused_weights=None,
+    forced=None,
 ) -> DecodeResult:
     """`steps` tokens at most per row, one a step, chosen by `choose(logits, step) -> int64 ids`.
 
-    A row whose `row_limits` entry is reached gets [END] as its last token.
+    A row whose `row_limits` entry is reached gets [END] as its last token; a row
+    with a target prefix (`forced`: `search.prefix_forcing`'s tokens) takes the
+    prefix's token at each step within it. Without one, the loops hold no op for
+    it.
     With `drop_ended_rows`, a search of many rows (the matmul form's) steps only the
     rows still decoding: `choose` must pick each row's token from its logits alone
     (greedy), as rows change places when others leave.
@@ -62,6 +66,8 @@ def _token_search(
             logits, state = model.decoding_step(tokens, i, state, matmul_attention)
             log_probs = tf.nn.log_softmax(logits, axis=-1)
             ids = choose(logits, i)
+            if forced is not None:
+                ids = _take_forced(ids, forced[:, i])
             if row_limits is not None:
                 ids = tf.where(i + 1 >= row_limits, tf.constant(END_ID, tf.int64), ids)
             ids = tf.where(done, tf.constant(PAD_ID, tf.int64), ids)
@@ -121,6 +127,8 @@ def _token_search(
         def body(i, tokens, state, live, scores, lengths):
             logits, state = model.decoding_step(tf.gather(tokens, live), i, state, matmul_attention)
             ids = choose(logits, i)
+            if forced is not None:
+                ids = _take_forced(ids, tf.gather(forced[:, i], live))
             if row_limits is not None:
                 ids = tf.where(
                     i + 1 >= tf.gather(row_limits, live), tf.constant(END_ID, tf.int64), ids
@@ -174,6 +182,11 @@ def _token_search(
     return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
 
 
+def _take_forced(ids, forced):
+    """`ids` where `forced` (a step's prefix tokens) is -1, else `forced`."""
+    return tf.where(forced >= 0, forced, ids)
+
+
 def _most_likely(logits, step):
     return tf.argmax(logits, axis=-1, output_type=tf.int64)
 
@@ -197,7 +210,7 @@ class GreedySearch(Search):
 
     return_logits: bool = False
 
-    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream):
+    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream, forced):
         return _token_search(
             model,
             context_ids,
@@ -210,6 +223,7 @@ class GreedySearch(Search):
             self.fixed_shapes,
             drop_ended_rows=True,
             fused_weights=fused_weights,
+            forced=forced,
         )
 
 
@@ -244,7 +258,7 @@ class SamplingSearch(Search):
         super().__post_init__()
         check_sampling(self.temperature, self.top_k, self.top_p)
 
-    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream):
+    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream, forced):
         seed = self.seed
         if seed is None:
             seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
@@ -272,6 +286,7 @@ class SamplingSearch(Search):
             row_limits,
             self.fixed_shapes,
             fused_weights=fused_weights,
+            forced=forced,
         )
 
 
@@ -318,6 +333,7 @@ def greedy_search(
     row_limits=None,
     fixed_shapes: bool = False,
     fused_weights=None,
+    prefix=None,
 ) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (`GreedySearch` as a function).
 
@@ -326,7 +342,9 @@ def greedy_search(
         context_ids: int `(batch, source_length)` source ids, 0-padded.
         max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
         return_logits: also return each step's logits.
-        row_limits, fused_weights: as for a `Search`'s call.
+        row_limits, fused_weights, prefix: as for a `Search`'s call (with a
+            prefix, the scores are the whole output's log-probability, prefix
+            included).
     """
     search = GreedySearch(
         max_length=max_length,
@@ -335,7 +353,9 @@ def greedy_search(
         fixed_shapes=fixed_shapes,
         return_logits=return_logits,
     )
-    return search(model, context_ids, row_limits=row_limits, fused_weights=fused_weights)
+    return search(
+        model, context_ids, row_limits=row_limits, fused_weights=fused_weights, prefix=prefix
+    )
 
 
 def sample(

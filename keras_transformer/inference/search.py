@@ -6,7 +6,8 @@ and is called the same way whatever it is, as fairseq's SequenceGenerator and
 KerasHub's samplers are:
 
     search = GreedySearch(max_length=32)
-    result = search(model, context_ids, row_limits=None, fused_weights=None, stream=None)
+    result = search(model, context_ids, row_limits=None, fused_weights=None, stream=None,
+                    prefix=None)
 
 `GreedySearch` and `SamplingSearch` live in `sampling.py`, `BeamSearch` in `beam.py`;
 running one over a large batch a bounded number of rows at a time is the translator's
@@ -43,7 +44,11 @@ class DecodeResult(NamedTuple):
         ends with [END] (unless it hit `max_length`) and is 0-padded after it.
     lengths: int32 `(batch,)`, generated tokens per row, [END] included.
     scores: float32 `(batch,)`, the sum of the log-probabilities of the
-        generated tokens under the model (temperature 1, no filtering).
+        generated tokens under the model (temperature 1, no filtering), a
+        target prefix's tokens included.
+
+    A beam search asked for `num_hypotheses` k adds a hypothesis axis after the
+    rows: tokens `(batch, k, max_length)`, lengths and scores `(batch, k)`.
     logits: float32 `(batch, steps, vocab)` of the steps run, if asked
         (greedy and sampling only), else None.
     """
@@ -105,6 +110,13 @@ class Search:
         stream: optional int scalar, the sub-batch's number: a seeded sampling
             search draws from its own stream of the seed for each; the other
             searches ignore it.
+        prefix: optional int `(batch, width)` target token ids, each row's
+            0-padded (CTranslate2's `target_prefix`): a row's output starts with
+            its prefix and continues from it, and its score is the
+            log-probability of the whole output, prefix included. A prefix is
+            cut at `max_length - 1` tokens, and a row's limit leaves room for it
+            and its [END] (`prefix_forcing`). Rows of empty prefixes decode as
+            without one.
 
     Returns:
         A `DecodeResult`.
@@ -119,11 +131,14 @@ class Search:
         check_max_length(self.max_length)
 
     def __call__(
-        self, model, context_ids, row_limits=None, fused_weights=None, stream=None
+        self, model, context_ids, row_limits=None, fused_weights=None, stream=None, prefix=None
     ) -> DecodeResult:
         context_ids = tf.convert_to_tensor(context_ids)
         steps = self.steps(model)
-        return self._search(model, context_ids, steps, row_limits, fused_weights, stream)
+        forced = None
+        if prefix is not None:
+            forced, row_limits = prefix_forcing(prefix, steps, row_limits)
+        return self._search(model, context_ids, steps, row_limits, fused_weights, stream, forced)
 
     def steps(self, model) -> int:
         """The width of this search's tokens for `model`: its steps at most."""
@@ -134,9 +149,36 @@ class Search:
         return dataclasses.replace(self, **changes)
 
     def _search(
-        self, model, context_ids, steps: int, row_limits, fused_weights, stream
+        self, model, context_ids, steps: int, row_limits, fused_weights, stream, forced
     ) -> DecodeResult:
+        """The search; `forced` is None or `prefix_forcing`'s tokens."""
         raise NotImplementedError
+
+
+def prefix_forcing(prefix, steps: int, row_limits=None):
+    """A target prefix as the token each step must take, and the row limits that fit it.
+
+    Args:
+        prefix: int `(batch, width)`, each row's prefix, 0-padded; cut at
+            `steps - 1` tokens (a row ends with [END] within `steps`).
+        steps: int. The search's steps.
+        row_limits: optional int32 `(batch,)` (`Search`'s call).
+
+    Returns:
+        forced: int64 `(batch, steps)`, the token step i must take, -1 for none.
+        row_limits: each row's limit raised to its prefix length + 1, or None if
+            none was given.
+    """
+    prefix = tf.cast(tf.convert_to_tensor(prefix), tf.int64)[:, : steps - 1]
+    width = tf.shape(prefix)[1]
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, 0), tf.int32), axis=1)
+    forced = tf.pad(
+        tf.where(prefix > 0, prefix, -1), [[0, 0], [0, steps - width]], constant_values=-1
+    )
+    if row_limits is not None:
+        # At most `steps`, as the prefix was cut to leave a step for [END].
+        row_limits = tf.maximum(row_limits, lengths + 1)
+    return forced, row_limits
 
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls

@@ -24,6 +24,8 @@ def in_sub_batches(
     balance_lengths: bool = False,
     row_limits=None,
     fused_weights=None,
+    prefix=None,
+    num_hypotheses=None,
 ) -> DecodeResult:
     """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
 
@@ -65,9 +67,16 @@ def in_sub_batches(
         row_limits: optional int32 `(batch,)`, the most tokens each row may
             generate (`Search`'s call), in the rows' own order.
         fused_weights: passed to every search (`Search`'s call).
+        prefix: optional int64 `tf.RaggedTensor` `(batch, None)`, each row's target
+            prefix (`Search`'s call), in the rows' own order; a sub-batch's are
+            0-padded to its longest.
+        num_hypotheses: the size of the results' hypothesis axis when `search`
+            returns one (`BeamSearch`'s `num_hypotheses`: int or int32 scalar),
+            else None.
 
     Returns:
-        A `DecodeResult` of `batch` rows (without logits).
+        A `DecodeResult` of `batch` rows (without logits), with the hypothesis
+        axis after the rows when `num_hypotheses` is given.
     """
     steps = search.steps(model)
 
@@ -75,22 +84,42 @@ def in_sub_batches(
         # Padded to the longest row of this sub-batch only.
         chunk = tf.gather(context_ids, rows).to_tensor()
         limits = None if row_limits is None else tf.gather(row_limits, rows)
-        result = search(model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index)
-        return result.tokens, result.lengths, result.scores
+        extra = {} if prefix is None else {"prefix": tf.gather(prefix, rows).to_tensor()}
+        result = search(
+            model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index, **extra
+        )
+        # A hypothesis axis is folded into the rows: the arrays' elements keep
+        # static shapes, which concatenating zero sub-batches needs.
+        return (
+            tf.reshape(result.tokens, [-1, steps]),
+            tf.reshape(result.lengths, [-1]),
+            tf.reshape(result.scores, [-1]),
+        )
 
-    tokens, lengths, scores = map_sub_batches(
+    outputs = map_sub_batches(
         decode,
         context_ids.row_lengths(),
         [(tf.int64, [None, steps]), (tf.int32, [None]), (tf.float32, [None])],
         sub_batch_size,
         in_flight,
         balance_lengths,
+        per_row=num_hypotheses,
     )
-    return DecodeResult(tokens, lengths, scores)
+    if num_hypotheses is not None:  # (rows * k, ...) -> (rows, k, ...)
+        outputs = [
+            tf.reshape(o, tf.concat([[-1, num_hypotheses], tf.shape(o)[1:]], 0)) for o in outputs
+        ]
+    return DecodeResult(*outputs)
 
 
 def map_sub_batches(
-    fn, lengths, specs, sub_batch_size: int, in_flight: int = 1, balance_lengths: bool = False
+    fn,
+    lengths,
+    specs,
+    sub_batch_size: int,
+    in_flight: int = 1,
+    balance_lengths: bool = False,
+    per_row=None,
 ) -> list:
     """Calls `fn` on a batch's rows a sub-batch at a time, rows of similar `lengths`
     together, and returns its outputs in the rows' own order: the loop of
@@ -107,6 +136,8 @@ def map_sub_batches(
             sub-batch's output with its first dimension None; the others must be
             known (a batch of zero rows still has their width).
         sub_batch_size, in_flight, balance_lengths: as `in_sub_batches`'.
+        per_row: None, or how many consecutive output rows `fn` gives each of its
+            rows (int or int32 scalar: n-best hypotheses), kept together.
 
     Returns:
         A list of `fn`'s outputs, `batch` rows each, in the rows' order.
@@ -153,6 +184,8 @@ def map_sub_batches(
         parallel_iterations=min(in_flight, sub_batch_size),
     )
     restore = tf.math.invert_permutation(order)
+    if per_row is not None:
+        restore = tf.reshape(restore[:, None] * per_row + tf.range(per_row)[None, :], [-1])
     return [tf.gather(a.concat(), restore) for a in arrays]
 
 
@@ -190,7 +223,8 @@ class CompiledSearch:
     `steps` at most (XLA's caches have every slot from the start, so a search whose
     rows may generate only 31 tokens should attend over 31 slots, not 128); its
     tokens are padded back to `search`'s width. Padded rows hold padding only: their
-    row limit is 1, so they end at once, and they are dropped.
+    row limit is 1, so they end at once, and they are dropped. It takes no target
+    prefix (the call's `prefix` raises ValueError).
 
     Args:
         search: a `Search` built with `fixed_shapes=True`.
@@ -220,8 +254,14 @@ class CompiledSearch:
         return self.search.steps(model)
 
     def __call__(
-        self, model, context_ids, row_limits=None, fused_weights=None, stream=None
+        self, model, context_ids, row_limits=None, fused_weights=None, stream=None, prefix=None
     ) -> DecodeResult:
+        if prefix is not None:
+            raise ValueError(
+                "A search compiled by XLA takes no target prefix: run the search itself "
+                "(a translator with `jit_compile` decodes prefixes without XLA)."
+            )
+
         def compiled(steps):
             def run(context_ids, row_limits, stream):
                 search = self.search.replace(max_length=steps)
@@ -247,8 +287,10 @@ class CompiledSearch:
                     else tf.pad(row_limits, [[0, padded_rows - rows]], constant_values=1)
                 )
                 result = searches[k](padded, limits, stream)
-                tokens = tf.pad(result.tokens[:rows], [[0, 0], [0, width - self.bucket_steps[k]]])
-                return tokens, result.lengths[:rows], result.scores[:rows]
+                tokens = result.tokens[:rows]
+                # The step axis is the last, after the hypothesis axis of an n-best search.
+                padding = [[0, 0]] * (tokens.shape.rank - 1) + [[0, width - self.bucket_steps[k]]]
+                return tf.pad(tokens, padding), result.lengths[:rows], result.scores[:rows]
 
             return decode
 

@@ -1,6 +1,8 @@
 """Translator(tf.Module): strings in, strings out, with the tokenizers inside.
 
-Its traced functions (`translate`, `translate_beam`) hold the whole pipeline
+Its traced functions (`translate`, `translate_beam`; `translate_nbest` for n-best
+lists, `translate_with_prefix` and `translate_beam_with_prefix` for a target prefix)
+hold the whole pipeline
 in one graph: normalization and subword tokenization (tensorflow-text), the
 source cut at the source limit (and reported as cut), cached in-graph decoding
 over bounded sub-batches, and detokenization. That is what `export.py` writes
@@ -11,7 +13,7 @@ The translator holds its searches as objects built from its settings
 call) and runs them through the sub-batches it owns (`inference.sub_batches`:
 the bound on rows decoded at once, and the padded shapes XLA compiles).
 
-Why one module of ~460 lines: every piece is a method of the one object a
+Why one module of ~600 lines: every piece is a method of the one object a
 SavedModel tracks (its traced signatures, the source cut, the row limits, the
 choice of XLA compilation for its searches, its frozen fused weights and
 `frozen()`, the eager `__call__`), and they read the same settings off it; most
@@ -25,9 +27,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.constants import END_ID, PAD_ID, START_ID
 from keras_transformer.inference import scoring, sub_batches
-from keras_transformer.inference.beam import BeamSearch, check_length_penalty
+from keras_transformer.inference.beam import (
+    BeamSearch,
+    check_length_penalty,
+    checked_num_hypotheses,
+)
 from keras_transformer.inference.sampling import GreedySearch, SamplingSearch
 from keras_transformer.inference.search import (
     check_length_cap,
@@ -38,6 +44,9 @@ from keras_transformer.layers import backend
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
+# A target prefix per row, as text (CTranslate2's `target_prefix`); "" for none.
+PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
+NUM_HYPOTHESES_SPEC = tf.TensorSpec([], tf.int32, name="num_hypotheses")
 
 # Most generated tokens by default: the tutorial's MAX_TOKENS, and far beyond
 # a sentence; the model's own max_length caps it.
@@ -287,9 +296,18 @@ class Translator(tf.Module):
             source_lengths, self.max_length_a, self.max_length_b, self.max_length
         )
 
-    def _translate(self, text, search) -> dict[str, tf.Tensor]:
-        """Every output of `search` (a `Search`) over `text`, in sub-batches."""
+    def _decode(self, text, search, prefix=None, num_hypotheses=None):
+        """`search` (a `Search`) over `text`, in sub-batches: `(ids, truncated, result,
+        outputs)`, the source ids and cuts (`source_tokens`), the `DecodeResult` and,
+        with `prefix` (target-side strings, one a row), `prefix_truncated`."""
         ids, truncated = self.source_tokens(text)
+        outputs = {}
+        if prefix is not None:
+            rows = tf.debugging.assert_equal(
+                tf.shape(prefix), tf.shape(text), message="text and prefix must have as many rows"
+            )
+            with tf.control_dependencies([rows]):
+                prefix, outputs["prefix_truncated"] = self.prefix_tokens(prefix)
         result = sub_batches.in_sub_batches(
             self.model,
             search,
@@ -300,9 +318,16 @@ class Translator(tf.Module):
             balance_lengths=not self.jit_compile,
             row_limits=self.row_limits(ids),
             fused_weights=self.fused_weights,
+            prefix=prefix,
+            num_hypotheses=num_hypotheses,
         )
+        return ids, truncated, result, outputs
+
+    def _translate(self, text, search, prefix=None) -> dict[str, tf.Tensor]:
+        """Every output of `search` over `text` (`_decode`)."""
+        ids, truncated, result, outputs = self._decode(text, search, prefix)
         ragged = tf.RaggedTensor.from_tensor(result.tokens, lengths=result.lengths)
-        return {
+        return outputs | {
             "translation": self.target_tokenizer.detokenize(ragged),
             "score": result.scores,
             "source_truncated": truncated,
@@ -322,6 +347,70 @@ class Translator(tf.Module):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
         search = self.beam.replace(beam_width=beam_width)
         return self._translate(text, self._compiled(search))
+
+    # -- n-best lists and target prefixes --------------------------------------
+
+    def prefix_tokens(self, prefix):
+        """`(batch,)` target-side strings -> int64 ragged ids (target tokenizer, without
+        [START] and [END]) cut at `max_length - 1` tokens, and which were cut.
+
+        A prefix leaves its row a step for [END]. As with sources, a prefix is cut at
+        `SOURCE_BYTES_PER_TOKEN` bytes a token of that limit before tokenizing (a 1 MB
+        prefix costs no more than a long sentence), and one cut there is flagged too.
+        """
+        room = self.max_length - 1
+        max_bytes = room * SOURCE_BYTES_PER_TOKEN
+        cut_bytes = tf.strings.length(prefix) > max_bytes
+        words = self.target_tokenizer.tokenize(tf.strings.substr(prefix, 0, max_bytes))[:, 1:-1]
+        # [PAD] would read as the end of the prefix (`Search`'s call pads with it).
+        words = tf.ragged.boolean_mask(words, tf.not_equal(words, PAD_ID))
+        truncated = tf.logical_or(cut_bytes, words.row_lengths() > room)
+        return words[:, :room], truncated
+
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    def translate_with_prefix(self, text, prefix):
+        """Greedy translation continuing each row's target `prefix` (text, "" for none):
+        `translate`'s outputs, the translation starting with the prefix and the score
+        the log-probability of all of it (prefix included), and `prefix_truncated`
+        (the prefix was cut at `max_length - 1` tokens). Decoded without XLA, also
+        with `jit_compile` (XLA's searches take no prefix)."""
+        return self._translate(text, self.greedy, prefix)
+
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC, BEAM_WIDTH_SPEC])
+    def translate_beam_with_prefix(self, text, prefix, beam_width):
+        """Beam-search translation continuing each row's target `prefix`; the outputs of
+        `translate_with_prefix`."""
+        return self._translate(text, self.beam.replace(beam_width=beam_width), prefix)
+
+    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC, NUM_HYPOTHESES_SPEC])
+    def translate_nbest(self, text, beam_width, num_hypotheses):
+        """Each row's `num_hypotheses` best translations by beam search, best first (an
+        InvalidArgumentError unless 1 <= num_hypotheses <= beam_width).
+
+        Returns a dict of translations (string `(batch, k)`), scores (float32
+        `(batch, k)`, log-probabilities as `translate_beam`'s score; the first of
+        each row is `translate_beam`'s translation and score), lengths (int32
+        `(batch, k)`), source_truncated (bool `(batch,)`), tokens (int64
+        `(batch, k, max_length)`) and context_ids. A row with fewer than k
+        hypotheses (a row limit of one token) fills the rest with empty
+        translations scored -inf.
+        """
+        k = checked_num_hypotheses(num_hypotheses, beam_width)
+        search = self._compiled(self.beam.replace(beam_width=beam_width, num_hypotheses=k))
+        ids, truncated, result, _ = self._decode(text, search, num_hypotheses=k)
+        # One translation a hypothesis: rows x k rows to detokenize.
+        ragged = tf.RaggedTensor.from_tensor(
+            tf.reshape(result.tokens, [-1, self.max_length]),
+            lengths=tf.reshape(result.lengths, [-1]),
+        )
+        return {
+            "translations": tf.reshape(self.target_tokenizer.detokenize(ragged), [-1, k]),
+            "scores": result.scores,
+            "lengths": result.lengths,
+            "source_truncated": truncated,
+            "tokens": result.tokens,
+            "context_ids": _padded(ids),
+        }
 
     def _compiled(self, search):
         """`search` compiled by XLA on padded shapes if `jit_compile`, else `search`.
@@ -363,12 +452,14 @@ class Translator(tf.Module):
         """The bounds of this translator, readable from its SavedModel.
 
         max_source_length: longest source in tokens ([START], [END] included);
-        sub_batch_size: rows decoded together; max_length: most generated tokens.
+        sub_batch_size: rows decoded together; max_length: most generated tokens;
+        beam_width: the width of the `beam_search` and `nbest` signatures.
         """
         return {
             "max_source_length": tf.constant(self.max_source_length),
             "sub_batch_size": tf.constant(self.sub_batch_size),
             "max_length": tf.constant(self.max_length),
+            "beam_width": tf.constant(self.beam_width),
         }
 
     # -- scoring given translations ------------------------------------------
@@ -425,6 +516,8 @@ class Translator(tf.Module):
         top_p: float = 1.0,
         seed: int | None = None,
         return_attention: bool = False,
+        num_hypotheses: int | None = None,
+        prefix=None,
     ) -> dict[str, Any]:
         """Translates `texts` (a string or a list of strings).
 
@@ -434,7 +527,15 @@ class Translator(tf.Module):
             temperature, top_k, top_p, seed: for "sample".
             return_attention: also return the last decoder layer's
                 cross-attention weights `(batch, heads, target, source)`
-                with the token strings, for `plotting`.
+                with the token strings, for `plotting` (not with an n-best list).
+            num_hypotheses: int k, 1 <= k <= the beam width, with "beam": each
+                row's k best translations (`translate_nbest`'s outputs: the
+                keys "translations" and "scores", `(batch, k)`). Defaults to
+                None: the best one.
+            prefix: a target-side string per text ("" for none), or None: each
+                translation starts with its row's prefix and continues from it
+                (`translate_with_prefix`); its score counts the prefix too, and
+                "prefix_truncated" says which were cut. Not with `num_hypotheses`.
 
         Returns:
             dict with "translation" (bytes strings), "score",
@@ -445,15 +546,34 @@ class Translator(tf.Module):
         if isinstance(texts, (str, bytes)):
             texts = [texts]
         text = tf.constant(list(texts), tf.string, shape=[len(texts)])
-        if method == "greedy":
-            outputs = self.translate(text)
+        width = self.beam_width if beam_width is None else beam_width
+        if method == "beam" and width <= 0:
+            raise ValueError(f"`beam_width` must be positive. Received: beam_width={width}")
+        if prefix is not None:
+            prefix = _prefix_rows(prefix, len(texts), num_hypotheses)
+        if num_hypotheses is not None:
+            if method != "beam" or not 1 <= num_hypotheses <= width:
+                raise ValueError(
+                    f"`num_hypotheses` needs method='beam' and must be between 1 and the beam "
+                    f"width ({width}). Received: num_hypotheses={num_hypotheses}, "
+                    f"method={method!r}"
+                )
+            outputs = self.translate_nbest(
+                text, tf.constant(width, tf.int32), tf.constant(num_hypotheses, tf.int32)
+            )
+        elif method == "greedy":
+            outputs = (
+                self.translate(text) if prefix is None else self.translate_with_prefix(text, prefix)
+            )
         elif method == "beam":
-            width = self.beam_width if beam_width is None else beam_width
-            if width <= 0:
-                raise ValueError(f"`beam_width` must be positive. Received: beam_width={width}")
-            outputs = self.translate_beam(text, tf.constant(width, tf.int32))
+            width = tf.constant(width, tf.int32)
+            outputs = (
+                self.translate_beam(text, width)
+                if prefix is None
+                else self.translate_beam_with_prefix(text, prefix, width)
+            )
         elif method == "sample":
-            outputs = self._sample(text, temperature, top_k, top_p, seed)
+            outputs = self._sample(text, temperature, top_k, top_p, seed, prefix)
         else:
             raise ValueError(
                 f"`method` must be 'greedy', 'beam' or 'sample'. Received: method={method!r}"
@@ -462,12 +582,14 @@ class Translator(tf.Module):
             outputs.update(self.attention(outputs["context_ids"], outputs["tokens"]))
         return outputs
 
-    def _sample(self, text, temperature, top_k, top_p, seed):
+    def _sample(self, text, temperature, top_k, top_p, seed, prefix=None):
         # Each sub-batch draws from its own stream of the seed (`SamplingSearch`).
         search = SamplingSearch(
             max_length=self.max_length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
         )
-        return tf.function(lambda text: self._translate(text, search))(text)
+        if prefix is None:
+            return tf.function(lambda text: self._translate(text, search))(text)
+        return tf.function(lambda text, prefix: self._translate(text, search, prefix))(text, prefix)
 
     def attention(self, context_ids, tokens) -> dict[str, Any]:
         """Cross-attention weights of the last decoder layer for decoded `tokens`.
@@ -488,6 +610,20 @@ class Translator(tf.Module):
             "source_tokens": source_tokens,
             "target_tokens": target_tokens,
         }
+
+
+def _prefix_rows(prefix, rows: int, num_hypotheses):
+    """The eager call's `prefix` as a string tensor of `rows` rows (ValueError unless
+    it has one a text, or with `num_hypotheses`)."""
+    if isinstance(prefix, (str, bytes)):
+        prefix = [prefix]
+    prefix = list(prefix)
+    if len(prefix) != rows or num_hypotheses is not None:
+        raise ValueError(
+            f"`prefix` must have one string per text ({rows}), and n-best lists take "
+            f"none. Received: {len(prefix)} prefixes, num_hypotheses={num_hypotheses}"
+        )
+    return tf.constant(prefix, tf.string, shape=[rows])
 
 
 def _padded(ids):
