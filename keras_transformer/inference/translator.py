@@ -1,23 +1,25 @@
 """Translator(tf.Module): strings in, strings out, with the tokenizers inside.
 
 Its traced functions (`translate`, `translate_beam`; `translate_nbest` for n-best
-lists, `translate_with_prefix` and `translate_beam_with_prefix` for a target prefix)
-hold the whole pipeline
-in one graph: normalization and subword tokenization (tensorflow-text), the
-source cut at the source limit (and reported as cut), cached in-graph decoding
-over bounded sub-batches, and detokenization. That is what `export.py` writes
-into a SavedModel.
+lists, `translate_with_prefix` and `translate_beam_with_prefix` for a target
+prefix; `score` for given translations) hold the whole pipeline in one graph:
+normalization and subword tokenization (tensorflow-text), the source cut at the
+source limit (and reported as cut), cached in-graph decoding over bounded
+sub-batches, and detokenization. That is what `export.py` writes into a SavedModel.
 
 The translator holds its searches as objects built from its settings
 (`inference.sampling.GreedySearch`, `inference.beam.BeamSearch`; sampling's per
 call) and runs them through the sub-batches it owns (`inference.sub_batches`:
 the bound on rows decoded at once, and the padded shapes XLA compiles).
 
-Why one module of ~600 lines: every piece is a method of the one object a
-SavedModel tracks (its traced signatures, the source cut, the row limits, the
-choice of XLA compilation for its searches, its frozen fused weights and
-`frozen()`, the eager `__call__`), and they read the same settings off it; most
-of the length is the constructor's documented arguments and checks.
+Why one module of ~640 lines: every piece is a method of the one object a
+SavedModel tracks (its seven traced functions, the source cut, the row limits,
+the choice of XLA compilation for its searches, its frozen fused weights and
+`frozen()`, the eager `__call__`), and they read the same settings off it; a
+third of the length is the constructor's documented arguments and checks. The
+pieces to move out next, taking the settings as arguments: the inputs' cuts
+(`source_tokens`, `prefix_tokens`, beside `scoring.target_tokens`) and the XLA
+shapes (`_compiled`, `most_steps`, beside `sub_batches.CompiledSearch`).
 """
 
 from __future__ import annotations
