@@ -388,10 +388,14 @@ def _inert_charsmap() -> bytes:
 
 def _quiet_model(model_proto: bytes) -> bytes:
     """`model_proto` with `_inert_charsmap` where its normalizer's charsmap is empty."""
+    from google.protobuf import message
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
-    proto.ParseFromString(model_proto)
+    try:
+        proto.ParseFromString(model_proto)
+    except message.DecodeError:
+        return model_proto  # not a model: the op says so, naming the file (`read_...`)
     if proto.normalizer_spec.precompiled_charsmap:
         return model_proto
     proto.normalizer_spec.precompiled_charsmap = _inert_charsmap()
