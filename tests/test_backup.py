@@ -168,7 +168,7 @@ class EpochsRun(keras.callbacks.Callback):
 def _with_callback(monkeypatch, callback, before=None):
     """train() with `callback` among its callbacks, just before the first of type `before`
     (at the end if None)."""
-    make = training.make_callbacks
+    make = training.run.make_callbacks
 
     def patched(*args, **kwargs):
         callbacks = make(*args, **kwargs)

@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer as a Keras model.
 
-Why one module of ~460 lines: it is the one model class. Its forward pass, its
+Why one module of ~470 lines: it is the one model class. Its forward pass, its
 packed training step (`train_step`, `_call_packed`) and the decoding step
 interface the searches call (`decoding_start`, `decoding_step`,
 `keep_decoding_rows`, `reorder_decoding_state`, with the typed weights and

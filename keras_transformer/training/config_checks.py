@@ -4,14 +4,15 @@ A field's type is checked as it is read (`TrainConfig.from_dict`); these check
 the values: a choice among a field's `choices`, numbers in their ranges, the
 data paths the corpus reads, the tokenizer's settings, and the model's own
 checks, run by constructing a model before any run directory is written.
-Apart from config.py so that the settings read as one list there.
+Apart from config.py so that the settings read as one list there. `config` is
+the `TrainConfig` being validated, read by name: this module does not import
+config.py, which imports it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from keras_transformer.constants import RESERVED_TOKENS
 from keras_transformer.layers import backend
@@ -21,9 +22,6 @@ from keras_transformer.text.tokenizers.settings import (
     check_normalization_form,
     check_subword_alpha,
 )
-
-if TYPE_CHECKING:
-    from keras_transformer.training.config import TrainConfig
 
 # The settings that name the training corpus' files.
 TRAINING_DATA_PATHS = ("src", "tgt", "tsv", "data")
@@ -48,7 +46,7 @@ RANGES = {
 }
 
 
-def validate(config: TrainConfig) -> None:
+def validate(config) -> None:
     """Raises ValueError, naming the setting and its value, for settings that cannot
     train together."""
     for field in dataclasses.fields(config):
@@ -99,7 +97,7 @@ def validate(config: TrainConfig) -> None:
     )
 
 
-def _check_ranges(config: TrainConfig) -> None:
+def _check_ranges(config) -> None:
     for name, (low, high, low_allowed) in RANGES.items():
         value = getattr(config, name)
         if value is None:
@@ -118,7 +116,7 @@ def _check_ranges(config: TrainConfig) -> None:
             raise ValueError(f"{name} must be 0 or more. Received: {name}={value}")
 
 
-def _check_data_sources(config: TrainConfig) -> None:
+def _check_data_sources(config) -> None:
     """Every data path given is one the chosen corpus reads: a path it would ignore
     is a mistake (such as --src with a config file whose corpus is tsv)."""
     used = {"files": {"src", "tgt"}, "tsv": {"tsv"}, "prepared": {"data"}}.get(config.corpus, set())
@@ -148,7 +146,7 @@ def _check_data_sources(config: TrainConfig) -> None:
         )
 
 
-def _check_tokenizer_settings(config: TrainConfig) -> None:
+def _check_tokenizer_settings(config) -> None:
     if config.normalization_form is not None:
         check_normalization_form(config.normalization_form)
     smallest = len(RESERVED_TOKENS) + BYTE_PIECES + 1
