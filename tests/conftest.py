@@ -38,6 +38,19 @@ TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 LONGEST_FILES = ("test_tutorial.py", "test_translator.py", "test_levers.py")
 
 
+# The files that export, reload and trace the most SavedModels and searches (six
+# signatures an export). A process keeps what TensorFlow traced (graphs, XLA's
+# compiled code) until it ends: run in the same pytest workers as the rest, one
+# worker grew past 19 GB. The README's test command runs them in a second pytest
+# run of their own (`-m exports`), so no worker holds both.
+EXPORT_FILES = ("test_translator.py", "test_export.py", "test_serving.py", "test_scoring.py")
+
+
+def pytest_itemcollected(item):
+    if item.path.name in EXPORT_FILES:
+        item.add_marker(pytest.mark.exports)
+
+
 def pytest_collection_modifyitems(items):
     def rank(item):
         name = item.path.name
