@@ -1,5 +1,9 @@
 """Cached in-graph search against the uncached computation and against each other."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -390,6 +394,56 @@ def test_the_two_way_split_minimizes_the_larger_work():
                 return max(lengths[k - 1] * k, lengths[-1] * (rows - k))
 
             assert work(bounds[1]) == min(work(k) for k in range(1, rows))
+
+
+# A call of many sub-batches and a call of one, side by side on an inter-op pool of
+# one thread: prints which call ended first.
+ONE_THREAD_CALLS = """
+import threading
+import time
+import tensorflow as tf
+tf.config.threading.set_inter_op_parallelism_threads(1)
+from keras_transformer.inference.sub_batches import map_sub_batches
+
+def work(rows, index):  # a chain of small ops, as a search's steps are
+    x = tf.cast(rows[:, None], tf.float32) + tf.zeros([1, 64])
+    _, x = tf.while_loop(lambda i, x: i < 5000, lambda i, x: (i + 1, tf.tanh(x * 0.5)), (0, x))
+    return (tf.reduce_sum(x, 1),)
+
+@tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+def run(lengths):
+    return map_sub_batches(work, lengths, [(tf.float32, [None])], sub_batch_size=1)
+
+run(tf.ones([2], tf.int64))  # traced
+ended = []
+def call(name, rows):
+    run(tf.ones([rows], tf.int64))
+    ended.append(name)
+long = threading.Thread(target=call, args=("long", 300))
+long.start()
+time.sleep(0.3)
+short = threading.Thread(target=call, args=("short", 1))
+short.start()
+long.join(); short.join()
+print(" ".join(ended))
+"""
+
+
+def test_a_long_call_gives_the_thread_back_between_sub_batches():
+    """With an inter-op pool of one thread (TensorFlow's default is about one a
+    core), a call of one sub-batch made while a call of 300 runs ends first:
+    between sub-batches the long call queues behind it (`sub_batches.yield_thread`).
+    Without that, the long call holds the thread to its end (3.4 s here) and the
+    short one waits for it. The order is the test, not a time."""
+    run = subprocess.run(
+        [sys.executable, "-c", ONE_THREAD_CALLS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["short", "long"]
 
 
 def test_a_long_row_pads_only_its_own_sub_batch(tiny):

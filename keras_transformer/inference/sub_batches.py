@@ -33,7 +33,9 @@ def in_sub_batches(
     decodes only `sub_batch_size` of them at once, so its memory is that of one
     sub-batch, and its ops stay small enough for other callers' ops to run
     between them on the shared thread pools (one batch of 10,000 rows makes
-    every op long, and every other caller waits behind it).
+    every op long, and every other caller waits behind it); between
+    sub-batches it hands its thread back to the calls queued before it
+    (`yield_thread`).
 
     `in_flight` searches run at once, each over `rows_per_search` rows (or
     `rows / in_flight`, when fewer): a search's step is a chain of
@@ -167,7 +169,9 @@ def map_sub_batches(
         )
 
     def body(index, *arrays):
-        outputs = fn(order[bounds[index] : bounds[index + 1]], index)
+        # The first round starts with the call; each later sub-batch waits its turn.
+        start = tf.cond(index < in_flight, lambda: index, lambda: yield_thread(index))
+        outputs = fn(order[bounds[start] : bounds[start + 1]], start)
         return (index + 1, *(a.write(index, o) for a, o in zip(arrays, outputs, strict=True)))
 
     arrays = [
@@ -187,6 +191,21 @@ def map_sub_batches(
     if per_row is not None:
         restore = tf.reshape(restore[:, None] * per_row + tf.range(per_row)[None, :], [-1])
     return [tf.gather(a.concat(), restore) for a in arrays]
+
+
+def yield_thread(value):
+    """`value`, given back after the calls queued for the thread pool have had their turn.
+
+    TensorFlow's executor runs a call's next ops on the thread that ran their
+    inputs, and a pool thread serves its own queue (newest first) before the work
+    queued from outside it; so a long call, once started, holds its inter-op
+    thread to its end, and with as many long calls as threads (TensorFlow's
+    default pool: about one a core) a new request waits for one of them to end.
+    `DatasetToSingleElement` runs on a thread of its own and its completion
+    queues the call's next ops from outside the pool, behind the requests that
+    came first: between sub-batches a long call goes back to the end of the line.
+    """
+    return tf.data.Dataset.from_tensors(value).get_single_element()
 
 
 def two_way_split(sorted_lengths):
