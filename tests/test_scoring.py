@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.inference import export, scoring
+from keras_transformer.constants import END_ID, START_ID
+from keras_transformer.inference import export, inputs, scoring
 from keras_transformer.inference.translator import Translator
 
 PAIRS = [
@@ -60,6 +61,32 @@ def _columns(pairs):
 def translator(tiny_translation_model):
     tiny = tiny_translation_model
     return Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16)
+
+
+def test_the_cuts_of_sources_and_target_side_text(tiny_translation_model):
+    """What every signature reads first (`inputs.py`): a source keeps [START] and [END]
+    within `max_source_length` tokens; target-side text (a prefix, a target to score)
+    keeps its words within `max_tokens - 1`, room for [END]; a row over either limit is
+    flagged, and so is a row cut at its byte limit even where its tokens fit."""
+    tiny = tiny_translation_model
+    padded = b" " * 10_000 + b"one"  # cut unread at 64 bytes a token of the limit
+    sources = tf.constant([b"one two three", b"", b"one two three four", padded])
+    ids, cut = inputs.source_tokens(tiny.source_tokenizer, sources, max_source_length=5)
+    words = tiny.source_tokenizer.tokenize(tf.constant(["one two three"]))[0].numpy().tolist()
+    assert ids.to_list()[0] == words and words[0] == START_ID and words[-1] == END_ID
+    assert ids.to_list()[1] == [START_ID, END_ID] == ids.to_list()[3]
+    assert ids.to_list()[2] == words  # the fourth word is cut
+    assert cut.numpy().tolist() == [False, False, True, True]
+
+    targets = tf.constant([b"3 1 4", b"1 2 3 4 5", b"", b" " * 10_000 + b"7"])
+    ids, cut = inputs.target_tokens(tiny.target_tokenizer, targets, max_tokens=4)
+    digits = tiny.target_tokenizer.tokenize(tf.constant(["1 2 3"]))[0, 1:-1].numpy().tolist()
+    assert (
+        ids.to_list()[0]
+        == tiny.target_tokenizer.tokenize(tf.constant(["3 1 4"]))[0, 1:-1].numpy().tolist()
+    )
+    assert ids.to_list()[1:] == [digits, [], []]
+    assert cut.numpy().tolist() == [False, True, False, True]
 
 
 def test_scores_are_the_models_log_probabilities(translator, tiny_translation_model):

@@ -134,25 +134,3 @@ def normalized_scores(result: ScoreResult, alpha: float):
     """`result.scores` divided by the GNMT length penalty of their lengths: beam search's
     ranking of finished hypotheses (`beam.length_penalty`)."""
     return result.scores / length_penalty(result.lengths, alpha)
-
-
-def target_tokens(tokenizer, text, max_tokens: int, max_bytes: int):
-    """`(batch,)` strings -> their token ids to score, cut so that at most `max_tokens`
-    are scored ([END] included), and which were cut.
-
-    Args:
-        tokenizer: the target `Tokenizer` (which replaces undecodable bytes).
-        text: tf.string `(batch,)`.
-        max_tokens: int. Most tokens scored, [END] included (at least 1).
-        max_bytes: int. Each string is cut at this many bytes first, so that a
-            1 MB row costs no more tokenizing than a long sentence; a string
-            cut there is flagged whatever its tokens.
-
-    Returns:
-        ids: int64 `tf.RaggedTensor` `(batch, None)`, without [START] and [END].
-        truncated: bool `(batch,)`.
-    """
-    cut_bytes = tf.strings.length(text) > max_bytes
-    words = tokenizer.tokenize(tf.strings.substr(text, 0, max_bytes))[:, 1:-1]
-    room = max_tokens - 1
-    return words[:, :room], tf.logical_or(cut_bytes, words.row_lengths() > room)

@@ -12,14 +12,14 @@ The translator holds its searches as objects built from its settings
 call) and runs them through the sub-batches it owns (`inference.sub_batches`:
 the bound on rows decoded at once, and the padded shapes XLA compiles).
 
-Why one module of ~640 lines: every piece is a method of the one object a
-SavedModel tracks (its seven traced functions, the source cut, the row limits,
-the choice of XLA compilation for its searches, its frozen fused weights and
-`frozen()`, the eager `__call__`), and they read the same settings off it; a
-third of the length is the constructor's documented arguments and checks. The
-pieces to move out next, taking the settings as arguments: the inputs' cuts
-(`source_tokens`, `prefix_tokens`, beside `scoring.target_tokens`) and the XLA
-shapes (`_compiled`, `most_steps`, beside `sub_batches.CompiledSearch`).
+Why one module of ~600 lines: every piece is a method of the one object a
+SavedModel tracks (its seven traced functions, the row limits, the choice of
+XLA compilation for its searches, its frozen fused weights and `frozen()`, the
+eager `__call__`), and they read the same settings off it; a third of the
+length is the constructor's documented arguments and checks. The strings' cuts
+are `inputs.py`'s; the piece to move out next, taking the settings as
+arguments: the XLA shapes (`_compiled`, `most_steps`, beside
+`sub_batches.CompiledSearch`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID, PAD_ID, START_ID
-from keras_transformer.inference import scoring, sub_batches
+from keras_transformer.constants import START_ID
+from keras_transformer.inference import inputs, scoring, sub_batches
 from keras_transformer.inference.beam import (
     BeamSearch,
     check_length_penalty,
@@ -59,12 +59,6 @@ DEFAULT_MAX_LENGTH = 128
 # model has never seen sources that long, and one such row would pad its
 # sub-batch to it.
 DEFAULT_MAX_SOURCE_LENGTH = 128
-# Before tokenizing, a source is cut at this many bytes per token of the limit,
-# so that a 1 MB row costs no more tokenizing than a long sentence. A
-# SentencePiece piece has at most 16 characters (64 bytes), so a row of text cut
-# there still has more tokens than the limit; one that reaches the byte limit first
-# (long whitespace runs, WordPiece's overlong words) is flagged all the same.
-SOURCE_BYTES_PER_TOKEN = 64
 # Rows decoded together inside one call: a call's memory is one sub-batch's
 # whatever its row count, and its ops stay short enough for other calls' ops
 # to run between them. Larger sub-batches decode faster on CPU (less per-step
@@ -97,9 +91,9 @@ class Translator(tf.Module):
     Bounded: a call decodes `sub_batch_size` rows at a time, rows of similar
     source length together (`sub_batches.in_sub_batches`), so neither its memory
     nor the wait it imposes on other callers grows with its row count or its
-    longest row beyond one sub-batch of `max_source_length` tokens (the wait
-    as long as the server has an inter-op thread per call it serves at once:
-    see benchmarks/RESULTS.md).
+    longest row beyond one sub-batch of `max_source_length` tokens: between
+    sub-batches a call hands its inter-op thread back to the calls queued
+    before it (`sub_batches.yield_thread`), however few threads the server has.
 
     Args:
         model: a built `Transformer`.
@@ -259,27 +253,6 @@ class Translator(tf.Module):
 
     # -- graph pieces --------------------------------------------------------
 
-    def source_tokens(self, text):
-        """`(batch,)` strings -> int64 ragged ids cut to `max_source_length`, and which were cut.
-
-        Returns:
-            ids: int64 `tf.RaggedTensor` `(batch, None)`, [START] ... [END].
-            truncated: bool `(batch,)`, True where the source was cut (at
-                `max_source_length` tokens, or first at its byte limit).
-        """
-        max_bytes = self.max_source_length * SOURCE_BYTES_PER_TOKEN
-        cut_bytes = tf.strings.length(text) > max_bytes
-        tokens = self.source_tokenizer.tokenize(tf.strings.substr(text, 0, max_bytes))
-        # Keep [START] and [END]; cut the words between them.
-        words = tokens[:, 1:-1]
-        room = self.max_source_length - 2
-        truncated = tf.logical_or(cut_bytes, words.row_lengths() > room)
-        words = words[:, :room]
-        batch = tf.shape(text, out_type=tf.int64)[:1]
-        start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
-        end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
-        return tf.concat([start, words, end], axis=1), truncated
-
     def row_limits(self, ids):
         """Most tokens each row of ragged `ids` may generate (None without a limit to apply).
 
@@ -302,14 +275,16 @@ class Translator(tf.Module):
         """`search` (a `Search`) over `text`, in sub-batches: `(ids, truncated, result,
         outputs)`, the source ids and cuts (`source_tokens`), the `DecodeResult` and,
         with `prefix` (target-side strings, one a row), `prefix_truncated`."""
-        ids, truncated = self.source_tokens(text)
+        ids, truncated = inputs.source_tokens(self.source_tokenizer, text, self.max_source_length)
         outputs = {}
         if prefix is not None:
             rows = tf.debugging.assert_equal(
                 tf.shape(prefix), tf.shape(text), message="text and prefix must have as many rows"
             )
             with tf.control_dependencies([rows]):
-                prefix, outputs["prefix_truncated"] = self.prefix_tokens(prefix)
+                prefix, outputs["prefix_truncated"] = inputs.target_tokens(
+                    self.target_tokenizer, prefix, self.max_length
+                )
         result = sub_batches.in_sub_batches(
             self.model,
             search,
@@ -351,23 +326,6 @@ class Translator(tf.Module):
         return self._translate(text, self._compiled(search))
 
     # -- n-best lists and target prefixes --------------------------------------
-
-    def prefix_tokens(self, prefix):
-        """`(batch,)` target-side strings -> int64 ragged ids (target tokenizer, without
-        [START] and [END]) cut at `max_length - 1` tokens, and which were cut.
-
-        A prefix leaves its row a step for [END]. As with sources, a prefix is cut at
-        `SOURCE_BYTES_PER_TOKEN` bytes a token of that limit before tokenizing (a 1 MB
-        prefix costs no more than a long sentence), and one cut there is flagged too.
-        """
-        room = self.max_length - 1
-        max_bytes = room * SOURCE_BYTES_PER_TOKEN
-        cut_bytes = tf.strings.length(prefix) > max_bytes
-        words = self.target_tokenizer.tokenize(tf.strings.substr(prefix, 0, max_bytes))[:, 1:-1]
-        # [PAD] would read as the end of the prefix (`Search`'s call pads with it).
-        words = tf.ragged.boolean_mask(words, tf.not_equal(words, PAD_ID))
-        truncated = tf.logical_or(cut_bytes, words.row_lengths() > room)
-        return words[:, :room], truncated
 
     @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
     def translate_with_prefix(self, text, prefix):
@@ -488,13 +446,11 @@ class Translator(tf.Module):
         )
         with tf.control_dependencies([same_rows]):
             source, target = tf.identity(source), tf.identity(target)
-        context_ids, source_truncated = self.source_tokens(source)
-        target_ids, target_truncated = scoring.target_tokens(
-            self.target_tokenizer,
-            target,
-            self.max_length,
-            # The source's bytes per token: a target cut there still has too many tokens.
-            self.max_length * SOURCE_BYTES_PER_TOKEN,
+        context_ids, source_truncated = inputs.source_tokens(
+            self.source_tokenizer, source, self.max_source_length
+        )
+        target_ids, target_truncated = inputs.target_tokens(
+            self.target_tokenizer, target, self.max_length
         )
         result = scoring.score_targets(self.model, context_ids, target_ids, self.sub_batch_size)
         return {
