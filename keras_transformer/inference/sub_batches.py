@@ -160,7 +160,9 @@ def map_sub_batches(
     count = (rows + size - 1) // size
     # Sub-batch k is sorted rows bounds[k]:bounds[k + 1].
     bounds = tf.minimum(tf.range(count + 1) * size, rows)
-    if balance_lengths and in_flight == 2:
+    # A batch known to hold fewer than 2 rows has nothing to split (and
+    # `two_way_split` could not even be traced over it).
+    if balance_lengths and in_flight == 2 and order.shape[0] not in (0, 1):
         uniform = bounds
         bounds = tf.cond(
             tf.logical_and(count == 2, rows <= sub_batch_size),
