@@ -85,8 +85,16 @@ loaded = tf.saved_model.load(str(VERSION_DIR))
 for name, function in loaded.signatures.items():
     print(f"{name}:\n  inputs  {function.structured_input_signature[1]}")
     print(f"  outputs {function.structured_outputs}")
-assert set(loaded.signatures) == {"serving_default", "beam_search"}
-for function in loaded.signatures.values():
+assert set(loaded.signatures) == {
+    "serving_default",
+    "beam_search",
+    "nbest",
+    "greedy_with_prefix",
+    "beam_search_with_prefix",
+    "score",
+}
+for name in ("serving_default", "beam_search"):
+    function = loaded.signatures[name]
     (spec,) = function.structured_input_signature[1].values()
     assert spec.dtype == tf.string and spec.shape.as_list() == [None]
     assert set(function.structured_outputs) == {"translation", "score", "source_truncated"}
@@ -129,6 +137,29 @@ for name, result in outputs.items():
         assert alone["translation"].numpy()[0] == result["translation"].numpy()[i], (name, i)
         assert abs(float(alone["score"][0]) - float(result["score"][i])) < 1e-3, (name, i)
 print("batched == one at a time")
+
+# %% [markdown]
+# The other signatures: each row's k best translations by beam search (the first is
+# `beam_search`'s), a translation that continues a given target prefix, and the score of a
+# given translation (its log-probability, as the translating signatures report theirs).
+
+# %%
+nbest = loaded.signatures["nbest"](text=tf.constant(texts), num_hypotheses=tf.constant(2))
+assert nbest["translations"].shape == nbest["scores"].shape == (len(texts), 2)
+assert nbest["translations"].numpy()[:, 0].tolist() == (
+    outputs["beam_search"]["translation"].numpy().tolist()
+)
+greedy = outputs["serving_default"]["translation"].numpy()
+prefixes = [t.split(b" ")[0] for t in greedy]  # each translation's first word
+prefixed = loaded.signatures["greedy_with_prefix"](
+    text=tf.constant(texts), prefix=tf.constant(prefixes)
+)
+for prefix, translation in zip(prefixes, prefixed["translation"].numpy(), strict=True):
+    assert translation.startswith(prefix), (prefix, translation)
+scored = loaded.signatures["score"](source=tf.constant(texts), target=tf.constant(greedy))
+for text, translation, score in zip(texts, greedy, scored["score"].numpy(), strict=True):
+    print(f"  {score:8.3f}  {text!r} -> {translation.decode('utf-8')!r}")
+assert all(-1e4 < s <= 0 for s in scored["score"].numpy())
 
 # %% [markdown]
 # Nothing of `keras_transformer` was needed in this kernel:
