@@ -41,9 +41,16 @@ LONGEST_FILES = ("test_tutorial.py", "test_translator.py", "test_levers.py")
 # The files that export, reload and trace the most SavedModels and searches (six
 # signatures an export). A process keeps what TensorFlow traced (graphs, XLA's
 # compiled code) until it ends: run in the same pytest workers as the rest, one
-# worker grew past 19 GB. The README's test command runs them in a second pytest
-# run of their own (`-m exports`), so no worker holds both.
-EXPORT_FILES = ("test_translator.py", "test_export.py", "test_serving.py", "test_scoring.py")
+# worker grew past 19 GB (test_cli.py's exports and in-process commands alone
+# added 7.5 GB). The README's test command runs them in a second pytest run of
+# their own (`-m exports`), so no worker holds both.
+EXPORT_FILES = (
+    "test_translator.py",
+    "test_export.py",
+    "test_serving.py",
+    "test_scoring.py",
+    "test_cli.py",
+)
 
 
 def pytest_itemcollected(item):
