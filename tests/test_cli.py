@@ -317,6 +317,16 @@ def test_cli_translate_n_best_and_prefix(tiny_run_dir, tmp_path, capsys):
         assert cli.main(command + ["three one four", "five"]) == 0
         first, second = capsys.readouterr().out.splitlines()
         assert first.startswith("9 9") and second == "5"
+    # The export's longest translation is 16 tokens: a prefix of 20 is cut at 15, and said.
+    prefixes.write_bytes(b" ".join([b"9"] * 20) + b"\n\n")
+    assert cli.main(["translate", "--model", model, "--prefix", str(prefixes), "one", "two"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].split() == ["9"] * 15
+    assert captured.err.endswith(
+        "note: 1 of 2 prefixes were longer than the model's longest translation less one token "
+        "and were cut there before translating (rows 1)\n"
+    )
+    prefixes.write_bytes(b"9 9\n\n")
     message = user_error(capsys, ["translate", "--model", model, "--prefix", str(prefixes), "x"])
     assert message == f"--prefix {prefixes} has 2 lines for 1 sentences"
     both = ["translate", "--model", model, "--prefix", str(prefixes), "--n-best", "2", "x", "y"]

@@ -306,6 +306,8 @@ def test_nbest_lists_start_with_the_beam_s_translation(translator):
             translator.translate_nbest(tf.constant(["one"]), 3, k)
     with pytest.raises(ValueError, match="num_hypotheses"):
         translator(["one"], num_hypotheses=1)  # greedy
+    with pytest.raises(ValueError, match="return_attention"):
+        translator(["one"], method="beam", num_hypotheses=2, return_attention=True)
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])

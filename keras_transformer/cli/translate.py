@@ -113,9 +113,14 @@ def run_translate(args: argparse.Namespace) -> int:
         results = translate_prefixed_rows(
             saved_model, texts, prefixes, beam_width=args.beam, batch_size=args.batch_size
         )
-    for translation, score, _ in results:
+    for translation, score, *_ in results:
         print(f"{score:.4f}\t{translation}" if args.scores else translation)
-    _note_cut_sources([truncated for _, _, truncated in results])
+    _note_cut_sources([row[2] for row in results])
+    if prefixes is not None:
+        _note_cut(
+            [row[3] for row in results],
+            "prefixes were longer than the model's longest translation less one token",
+        )
     return 0
 
 
@@ -148,12 +153,18 @@ def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace) -> i
 
 def _note_cut_sources(truncated: list[bool]) -> None:
     """Nothing is cut silently: the translation of a cut source lacks its end."""
+    _note_cut(truncated, "sources were longer than the model's source limit")
+
+
+def _note_cut(truncated: list[bool], what: str) -> None:
+    """One note on stderr naming the rows flagged in `truncated`, if any: `what` (of
+    those rows) was cut before translating."""
     cut = [number for number, flag in enumerate(truncated, 1) if flag]
     if cut:
         shown = ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else "")
         print(
-            f"{PROG}: note: {len(cut)} of {len(truncated)} sources were longer than the model's "
-            f"source limit and were cut there before translating (rows {shown})",
+            f"{PROG}: note: {len(cut)} of {len(truncated)} {what} and were cut there "
+            f"before translating (rows {shown})",
             file=sys.stderr,
         )
 

@@ -351,10 +351,11 @@ def translate_prefixed_rows(
     prefixes: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
-) -> list[tuple[str, float, bool]]:
+) -> list[tuple[str, float, bool, bool]]:
     """`translate_rows` with each text's translation starting with its target prefix
-    (text, one per text; "" for none): greedy, or beam search of `beam_width`."""
-    results: list[tuple[str, float, bool]] = []
+    (text, one per text; "" for none): greedy, or beam search of `beam_width`. Each row is
+    (translation, score, source_truncated, prefix_truncated)."""
+    results: list[tuple[str, float, bool, bool]] = []
     for start in range(0, len(texts), batch_size):
         text = tf.constant(texts[start : start + batch_size], tf.string)
         prefix = tf.constant(prefixes[start : start + batch_size], tf.string)
@@ -365,11 +366,12 @@ def translate_prefixed_rows(
                 text, prefix, tf.constant(beam_width, tf.int32)
             )
         results.extend(
-            (t.decode("utf-8", errors="replace"), float(s), bool(c))
-            for t, s, c in zip(
+            (t.decode("utf-8", errors="replace"), float(s), bool(c), bool(p))
+            for t, s, c, p in zip(
                 outputs["translation"].numpy(),
                 outputs["score"].numpy(),
                 outputs["source_truncated"].numpy(),
+                outputs["prefix_truncated"].numpy(),
                 strict=True,
             )
         )

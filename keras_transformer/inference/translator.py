@@ -516,6 +516,11 @@ class Translator(tf.Module):
                     f"width ({width}). Received: num_hypotheses={num_hypotheses}, "
                     f"method={method!r}"
                 )
+            if return_attention:
+                raise ValueError(
+                    "`return_attention` gives one translation's attention: it does not go "
+                    "with `num_hypotheses`."
+                )
             outputs = self.translate_nbest(
                 text, tf.constant(width, tf.int32), tf.constant(num_hypotheses, tf.int32)
             )
