@@ -20,7 +20,7 @@ from PIL import Image
 
 import keras_transformer_launcher as launcher
 from keras_transformer import cli
-from keras_transformer.inference import export
+from keras_transformer.inference import export, loaded_export
 from keras_transformer.training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +83,10 @@ def user_error(capsys, argv) -> str:
 def test_evaluate_perfect_reference(saved_model, tmp_path, capsys):
     # The model's own translations are a perfect reference: BLEU and chrF are 100.
     model_outputs = [
-        t for t, _ in export.translate_texts(export.load_translator(saved_model), SOURCES)
+        t
+        for t, _ in loaded_export.translate_texts(
+            loaded_export.load_translator(saved_model), SOURCES
+        )
     ]
     assert any(model_outputs)
     src = write_lines(tmp_path / "test.src", SOURCES)
@@ -187,8 +190,8 @@ def test_score_prints_one_line_a_pair_batch_by_batch(saved_model, tmp_path, caps
     targets = ["3 1 4", "1 5 9 2", "", "8 8", "2", ""]
     src = write_lines(tmp_path / "test.src", sources)
     tgt = write_lines(tmp_path / "test.tgt", targets)
-    expected = export.score_pairs(
-        export.load_translator(saved_model),
+    expected = loaded_export.score_pairs(
+        loaded_export.load_translator(saved_model),
         [s.encode() for s in sources],
         [t.encode() for t in targets],
     )
@@ -368,7 +371,7 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, caps
     argv = ["export", str(run), "--name", "numbers", "--export-root", str(root)]
     assert cli.main(argv) == 0
     assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
-    first, second = (export.load_translator(root / "numbers" / v) for v in ("1", "2"))
+    first, second = (loaded_export.load_translator(root / "numbers" / v) for v in ("1", "2"))
     limits = [{k: int(v) for k, v in m.serving_limits().items()} for m in (first, second)]
     assert [(x["max_source_length"], x["sub_batch_size"]) for x in limits] == [(10, 64), (6, 8)]
     # [START], 5 or 9 words, [END]: 7 and 11 tokens.

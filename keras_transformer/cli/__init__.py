@@ -25,11 +25,11 @@ from keras_transformer.cli.settings import config_from_args, setting_help
 from keras_transformer_launcher import command_list_parser
 
 try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
-    from keras_transformer.cli import demo, plot, prepare, score, translate
+    from keras_transformer.cli import demo, evaluate, export, plot, prepare, score, translate
 except ImportError as missing:
     if missing.name not in ("tensorflow", "tensorflow_text"):
         raise
-    demo = plot = prepare = score = translate = None
+    demo = evaluate = export = plot = prepare = score = translate = None
 
 # The commands that need TensorFlow: all but `train`.
 TENSORFLOW_COMMANDS = tuple(name for name in COMMANDS if name != "train")
@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_demo_parser(subparsers)
     translate.add_translate_parser(subparsers)
     score.add_score_parser(subparsers)
-    translate.add_export_parser(subparsers)
-    translate.add_evaluate_parser(subparsers)
+    export.add_export_parser(subparsers)
+    evaluate.add_evaluate_parser(subparsers)
     plot.add_plot_parser(subparsers)
     return parser
 

@@ -46,6 +46,17 @@ def require_positive(args: argparse.Namespace, *names: str) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
+def add_search_flags(parser: argparse.ArgumentParser) -> None:
+    """--beam and --batch-size, for the commands that translate with an export."""
+    parser.add_argument("--beam", type=int, default=None, metavar="N", help=BEAM_HELP)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="sentences per call of the model (default: %(default)s)",
+    )
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: a subcommand that was not given --verbose leaves the top-level one alone.
     parser.add_argument(

@@ -14,7 +14,7 @@ from keras_transformer.cli.common import (
     add_common_flags,
     require_positive,
 )
-from keras_transformer.inference.export import load_translator, score_pairs
+from keras_transformer.inference.loaded_export import load_translator, score_pairs
 from keras_transformer.text import corpora
 
 DEFAULT_BATCH_SIZE = 256

@@ -1,0 +1,147 @@
+"""`keras-transformer export`: a training run's best checkpoint written as a SavedModel."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+from keras_transformer.cli.common import COMMANDS, add_common_flags, require_positive
+from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT, export_run
+from keras_transformer.inference.translator import (
+    DEFAULT_MAX_LENGTH,
+    DEFAULT_MAX_SOURCE_LENGTH,
+    Translator,
+)
+from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
+
+
+def add_export_parser(subparsers) -> None:
+
+    translator_defaults = inspect.signature(Translator).parameters
+    parser = subparsers.add_parser(
+        "export",
+        help=COMMANDS["export"],
+        description="Write RUN_DIR's best checkpoint with its tokenizers to "
+        "EXPORT_ROOT/NAME/VERSION/ (TF Serving layout), computing in float32 even if the "
+        "run trained under --mixed-precision.",
+    )
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help=f"a training run directory (holds {CONFIG_FILE} and {BEST_CHECKPOINT})",
+    )
+    parser.add_argument("--name", required=True, help="model name under the export root")
+    parser.add_argument(
+        "--export-root",
+        default=DEFAULT_EXPORT_ROOT,
+        help="directory of TF Serving models (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--version", type=int, default=None, help="integer version (default: the next free one)"
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="most tokens a translation may have (default: "
+        f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
+    )
+    parser.add_argument(
+        "--max-source-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut sources at N tokens, [START] and [END] included, and flag them in the "
+        "source_truncated output (default: the run's max_tokens, the longest source it "
+        f"trained on; {DEFAULT_MAX_SOURCE_LENGTH} for runs that do not record it)",
+    )
+    parser.add_argument(
+        "--sub-batch-size",
+        type=int,
+        default=translator_defaults["sub_batch_size"].default,
+        metavar="N",
+        help="rows decoded together inside one call: bounds a request's memory and the wait "
+        "it imposes on other requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=translator_defaults["in_flight"].default,
+        metavar="N",
+        help="searches run side by side within --sub-batch-size rows, each on its share: "
+        "one search keeps about one core busy; twice the cores speeds a large batch "
+        "translated alone, but slows small requests served beside it (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="compile greedy and beam search with XLA: faster on CPU once compiled (2-3.5x "
+        "at batch 1), but each new input shape compiles first; TF Serving then needs "
+        "--xla_cpu_compilation_enabled=true (default: plain TensorFlow ops)",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        default=None,
+        metavar="N",
+        help="export the average of the run's last N epoch checkpoints (kept when trained "
+        "with --keep-epoch-checkpoints) (default: the best checkpoint)",
+    )
+    parser.add_argument(
+        "--max-length-a",
+        type=float,
+        default=translator_defaults["max_length_a"].default,
+        help="a row also stops after A * its source tokens + B tokens (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-length-b",
+        type=float,
+        default=translator_defaults["max_length_b"].default,
+        help="B of that cap (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--beam-width",
+        type=int,
+        default=translator_defaults["beam_width"].default,
+        help="width of the beam_search signature (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=translator_defaults["length_penalty_alpha"].default,
+        help="GNMT length penalty alpha of beam search (default: %(default)s)",
+    )
+    add_common_flags(parser)
+    parser.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+
+    require_positive(
+        args,
+        "version",
+        "max_length",
+        "max_source_length",
+        "sub_batch_size",
+        "in_flight",
+        "beam_width",
+        "average_last",
+    )
+    path = export_run(
+        args.run_dir,
+        args.export_root,
+        args.name,
+        args.version,
+        average_last=args.average_last,
+        max_length=args.max_length,
+        max_source_length=args.max_source_length,
+        sub_batch_size=args.sub_batch_size,
+        in_flight=args.in_flight,
+        jit_compile=args.jit_compile,
+        max_length_a=args.max_length_a,
+        max_length_b=args.max_length_b,
+        beam_width=args.beam_width,
+        length_penalty_alpha=args.length_penalty,
+    )
+    print(path)
+    return 0
