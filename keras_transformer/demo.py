@@ -15,13 +15,8 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from keras_transformer.inference.export import (
-    DEFAULT_EXPORT_ROOT,
-    check_export_name,
-    export_run,
-    load_translator,
-    translate_texts,
-)
+from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT, check_export_name, export_run
+from keras_transformer.inference.loaded_export import load_translator, translate_texts
 from keras_transformer.text import corpora
 from keras_transformer.training import train
 from keras_transformer.training.config import TrainConfig

@@ -19,7 +19,7 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from sacremoses.corpus import NonbreakingPrefixes
 from tqdm.auto import tqdm
 
-from keras_transformer.inference.export import load_translator, translate_texts
+from keras_transformer.inference.loaded_export import load_translator, translate_texts
 from keras_transformer.text import corpora
 
 DEFAULT_TOKENIZE = "13a"

@@ -32,7 +32,7 @@ from IPython.display import Image, display
 
 from keras_transformer import demo, evaluation, plotting, training
 from keras_transformer.demo import target_normalized
-from keras_transformer.inference import export
+from keras_transformer.inference import export, loaded_export
 from keras_transformer.inference.translator import Translator
 from keras_transformer.text import corpora
 from keras_transformer.training import run_dir
@@ -170,9 +170,9 @@ assert (export_dir / "saved_model.pb").is_file() and export_dir.name.isdigit()
 # same translations as the `Translator` it was exported from.
 
 # %%
-saved_model = export.load_translator(export_dir.parent)
-reloaded = export.translate_texts(saved_model, sources)
-reloaded_beam = export.translate_texts(saved_model, sources, beam_width=4)
+saved_model = loaded_export.load_translator(export_dir.parent)
+reloaded = loaded_export.translate_texts(saved_model, sources)
+reloaded_beam = loaded_export.translate_texts(saved_model, sources, beam_width=4)
 for src, (text, score) in zip(sources, reloaded, strict=True):
     print(f"{score:8.3f}  {src} -> {text}")
 assert [text for text, _ in reloaded] == greedy

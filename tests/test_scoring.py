@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.constants import END_ID, START_ID
-from keras_transformer.inference import export, inputs, scoring
+from keras_transformer.inference import export, inputs, loaded_export, scoring
 from keras_transformer.inference.translator import Translator
 
 PAIRS = [
@@ -232,7 +232,7 @@ def test_the_export_scores_in_a_fresh_process_without_the_library(translator, ex
 
 def test_the_export_scores_are_the_models_log_probabilities(exported, tiny_translation_model):
     reference, _ = reference_scores(tiny_translation_model, PAIRS)
-    loaded = export.load_translator(exported)
+    loaded = loaded_export.load_translator(exported)
     sources, targets = _columns(PAIRS)
-    scored = export.score_pairs(loaded, sources.numpy().tolist(), targets.numpy().tolist())
+    scored = loaded_export.score_pairs(loaded, sources.numpy().tolist(), targets.numpy().tolist())
     np.testing.assert_allclose(scored["score"], reference, atol=1e-4)
