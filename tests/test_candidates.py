@@ -4,17 +4,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID
+from keras_transformer.constants import END_ID, PAD_ID, START_ID
 from keras_transformer.inference import candidates
 
 
 def _flat_candidates(logits, alive_log_prob, k, forced):
-    """Beam search's candidates the direct way: every hypothesis' every token."""
+    """Beam search's candidates the direct way: every hypothesis' every token but [PAD]
+    and [START] (unless forced)."""
     rows, width = alive_log_prob.shape
     vocab = logits.shape[-1]
     log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, width, vocab])
     token = tf.cast(forced, tf.int32)[:, None, None]
-    ruled_out = tf.logical_and(token >= 0, tf.range(vocab) != token)
+    never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == START_ID)
+    ruled_out = tf.where(token >= 0, tf.range(vocab) != token, never)
     log_probs = tf.where(ruled_out, float("-inf"), log_probs)
     candidates = tf.reshape(alive_log_prob[:, :, None] + log_probs, [rows, width * vocab])
     values, index = tf.math.top_k(candidates, k=min(k, width * vocab))

@@ -15,6 +15,8 @@ import math
 
 import tensorflow as tf
 
+from keras_transformer.inference.search import NEVER_EMITTED, without_never_emitted
+
 # Entries per chunk in `top_per_row`'s first pass.
 _CHUNK = 64
 
@@ -44,7 +46,8 @@ def top_per_row(values, k):
 
 def best_candidates(logits, alive_log_prob, k, forced=None):
     """The `k` best continuations of each row's hypotheses: `alive_log_prob` plus
-    the next token's log-probability, over every hypothesis and token.
+    the next token's log-probability, over every hypothesis and every token but
+    `search.NEVER_EMITTED`.
 
     As `tf.math.top_k` over the row's `(width * vocab)` log-probabilities, ties
     included, without forming them: log-softmax keeps each hypothesis' order,
@@ -66,10 +69,12 @@ def best_candidates(logits, alive_log_prob, k, forced=None):
     vocab = logits.shape[-1]
     width = tf.shape(alive_log_prob)[1]
     per_hypothesis = tf.minimum(k, vocab)
-    top_logits, ids = top_per_row(logits, per_hypothesis)
+    top_logits, ids = top_per_row(without_never_emitted(logits), per_hypothesis)
     # log_softmax's own arithmetic, (x - max) - log(sum(exp(x - max))), kept for
-    # k logits a hypothesis; the best logit is the max.
-    row_max = top_logits[:, :1]
+    # k logits a hypothesis, over every id (the never emitted ones included, as
+    # the model's log-probabilities are): the max is the best logit or one of theirs.
+    banned = tf.gather(logits, NEVER_EMITTED, axis=-1)
+    row_max = tf.maximum(top_logits[:, :1], tf.reduce_max(banned, axis=-1, keepdims=True))
     log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=-1, keepdims=True))
     log_probs = (top_logits - row_max) - log_sum
     if forced is not None:

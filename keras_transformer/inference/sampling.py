@@ -23,6 +23,7 @@ from keras_transformer.inference.search import (
     free_leading_dims,
     start_buffer,
     state_invariant,
+    without_never_emitted,
     write_column,
 )
 
@@ -65,7 +66,7 @@ def _token_search(
         def body(i, tokens, state, done, scores, lengths, logits_array):
             logits, state = model.decoding_step(tokens, i, state, matmul_attention)
             log_probs = tf.nn.log_softmax(logits, axis=-1)
-            ids = choose(logits, i)
+            ids = choose(without_never_emitted(logits), i)
             if forced is not None:
                 ids = _take_forced(ids, forced[:, i])
             if row_limits is not None:
@@ -126,7 +127,7 @@ def _token_search(
 
         def body(i, tokens, state, live, scores, lengths):
             logits, state = model.decoding_step(tf.gather(tokens, live), i, state, matmul_attention)
-            ids = choose(logits, i)
+            ids = choose(without_never_emitted(logits), i)
             if forced is not None:
                 ids = _take_forced(ids, tf.gather(forced[:, i], live))
             if row_limits is not None:

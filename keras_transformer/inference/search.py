@@ -34,7 +34,20 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.constants import START_ID
+from keras_transformer.constants import PAD_ID, START_ID
+
+# Ids a search never emits, as transformers' generation never emits padding: [PAD]
+# read back is padding to every mask (the uncached decoder would skip it, the cached
+# one would not), and [START] only opens a target.
+NEVER_EMITTED = (PAD_ID, START_ID)
+
+
+def without_never_emitted(logits):
+    """`logits` `(rows, vocab)` with the `NEVER_EMITTED` ids at -inf, for choosing a
+    token; its score stays the model's log-probability (not renormalized without them)."""
+    vocab = tf.range(tf.shape(logits)[-1])
+    banned = tf.reduce_any(tf.equal(vocab[:, None], NEVER_EMITTED), axis=-1)
+    return tf.where(banned, tf.constant(-math.inf, logits.dtype), logits)
 
 
 class DecodeResult(NamedTuple):
