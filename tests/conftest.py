@@ -10,6 +10,10 @@ random model would not end its rows or rank beams sensibly).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
+import resource
 import types
 
 import keras
@@ -18,6 +22,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.constants import RESERVED_TOKENS
+from keras_transformer.inference import export
+from keras_transformer.inference.translator import Translator
 from keras_transformer.text import corpora
 from keras_transformer.text.tokenizers import Tokenizer, learn_vocabulary
 from keras_transformer.training import prepare, run_dir
@@ -38,24 +44,76 @@ TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 LONGEST_FILES = ("test_tutorial.py", "test_translator.py", "test_levers.py")
 
 
-# The files that export, reload and trace the most SavedModels and searches (six
-# signatures an export). A process keeps what TensorFlow traced (graphs, XLA's
-# compiled code) until it ends: run in the same pytest workers as the rest, one
-# worker grew past 19 GB (test_cli.py's exports and in-process commands alone
-# added 7.5 GB). The README's test command runs them in a second pytest run of
-# their own (`-m exports`), so no worker holds both.
-EXPORT_FILES = (
-    "test_translator.py",
-    "test_export.py",
-    "test_serving.py",
-    "test_scoring.py",
-    "test_cli.py",
-)
+try:  # glibc's malloc_trim; absent elsewhere (musl, macOS)
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
+    _LIBC.malloc_trim  # noqa: B018
+except (OSError, AttributeError, TypeError):
+    _LIBC = None
 
 
-def pytest_itemcollected(item):
-    if item.path.name in EXPORT_FILES:
-        item.add_marker(pytest.mark.exports)
+def _rss_gb() -> float:
+    """This process's resident memory now, in GB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 1e9
+
+
+def _peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+# Test file -> the memory its tests added to their process, in GB. A process keeps
+# what TensorFlow traced (graphs, XLA's compiled code) until it ends, so a file's
+# growth stays with its pytest worker: the summary names the files that grow most.
+_GROWTH: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _rss_gb()
+    yield
+    _GROWTH[item.path.name] = _GROWTH.get(item.path.name, 0.0) + _rss_gb() - before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _return_freed_memory():
+    """After each file, the memory its objects freed goes back to the system: TensorFlow's
+    many threads leave glibc's arenas holding freed blocks that the next file's
+    allocations, of other sizes, would not reuse."""
+    yield
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def pytest_sessionfinish(session):
+    # An xdist worker hands its figures to the controller (`pytest_testnodedown`).
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["peak_rss_gb"] = _peak_rss_gb()
+        workeroutput["growth_gb"] = dict(_GROWTH)
+
+
+_WORKER_PEAKS: dict[str, float] = {}
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
+def pytest_testnodedown(node, error):
+    output = getattr(node, "workeroutput", {})
+    if "peak_rss_gb" in output:
+        _WORKER_PEAKS[node.gateway.id] = output["peak_rss_gb"]
+        _GROWTH.update(output["growth_gb"])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The memory each test process peaked at (the suite must fit a 16 GB machine), and
+    the files that added the most."""
+    peaks = _WORKER_PEAKS or {"main": _peak_rss_gb()}
+    listed = ", ".join(f"{name} {gb:.1f} GB" for name, gb in sorted(peaks.items()))
+    terminalreporter.write_line(f"peak RSS per test process: {listed}")
+    most = sorted(_GROWTH.items(), key=lambda item: -item[1])[:8]
+    listed = ", ".join(f"{name} {gb:+.1f}" for name, gb in most)
+    terminalreporter.write_line(f"memory added by file (GB): {listed}")
 
 
 def pytest_collection_modifyitems(items):
@@ -107,6 +165,35 @@ def tiny_translation_model():
         sentences=test_sources,
         config=config,
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_translator(tiny_translation_model):
+    """The tiny model's `Translator` (16 generated tokens at most, the other settings at
+    their defaults), shared by the tests that only call it: each traced search stays in
+    the process until it ends, so one translator traced once costs the suite once."""
+    tiny = tiny_translation_model
+    return Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16)
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_translation_model, tmp_path_factory):
+    """The tiny model's SavedModel, as a namespace: `translator` (the one exported: 16
+    tokens, beam width 3, sub-batches of 16 rows), `root` (the export root) and `path`
+    (`root/tiny/1`). Made once per test process, for the tests that only read it: an
+    export traces its six signatures, which stay in the process until it ends."""
+    tiny = tiny_translation_model
+    translator = Translator(
+        tiny.model,
+        tiny.source_tokenizer,
+        tiny.target_tokenizer,
+        max_length=16,
+        beam_width=3,
+        sub_batch_size=16,
+    )
+    root = tmp_path_factory.mktemp("saved_models")
+    path = export.export_translator(translator, root, "tiny")
+    return types.SimpleNamespace(translator=translator, root=root, path=path)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,80 @@ def assert_close(a, b, atol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=0)
 
 
+# Two float computations of one search (cached and uncached, a batch and its rows alone,
+# sub-batches and one batch, XLA and not) round differently, and differently again on
+# other CPUs (AVX2 or AVX-512 kernels, oneDNN on or off): a hypothesis's score, a sum of
+# up to ~16 float32 log-probabilities, agrees within SEARCH_SCORE_ATOL between them.
+SEARCH_SCORE_ATOL = 1e-4
+
+
+def prefix_log_probs(model, context_ids, tokens):
+    """`(rows, steps)`: the model's log-probability of each prefix of each row of `tokens`
+    (through step t, from [START]), by one teacher-forced call."""
+    from keras_transformer.constants import START_ID
+
+    tokens = np.asarray(tokens)
+    target_in = np.concatenate([np.full((len(tokens), 1), START_ID), tokens[:, :-1]], 1)
+    logits = model((np.asarray(context_ids), target_in), training=False)
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32)).numpy().astype(np.float64)
+    return np.cumsum(np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0], -1)
+
+
+def assert_same_hypotheses(
+    a, b, *, alpha=None, model=None, context_ids=None, max_near_ties=0, atol=SEARCH_SCORE_ATOL
+) -> int:
+    """Asserts two searches' results (`.tokens`, `.lengths`, `.scores`; one hypothesis
+    a row, or `k` a row) are the same hypotheses, but for counted near ties; returns how
+    many it excused.
+
+    Equal tokens must come with equal lengths and scores within `atol`. A hypothesis
+    that differs is a near tie when rounding can explain it: its scores under the two
+    computations are within `atol` (ranked with the beam's length penalty when `alpha`
+    is given): the model scores both alike; or, given `model` and `context_ids`, the
+    two hypotheses' prefixes score within `atol` of each other at a step where they
+    differ (the model's own teacher-forced scores): the search chose between two
+    candidates of equal score there, and each computation kept another, so later steps
+    differ too. At most `max_near_ties` are excused; any other difference fails.
+    """
+    from keras_transformer.inference import beam  # the searches' length penalty
+
+    def ranked(result):
+        scores = np.asarray(result.scores, np.float64)
+        if alpha is None:
+            return scores
+        return scores / np.asarray(beam.length_penalty(result.lengths, alpha), np.float64)
+
+    tokens_a, tokens_b = np.asarray(a.tokens), np.asarray(b.tokens)
+    assert tokens_a.shape == tokens_b.shape, (tokens_a.shape, tokens_b.shape)
+    same = (tokens_a == tokens_b).all(axis=-1)
+    np.testing.assert_array_equal(np.asarray(a.lengths)[same], np.asarray(b.lengths)[same])
+    np.testing.assert_allclose(
+        np.asarray(a.scores)[same], np.asarray(b.scores)[same], atol=atol, rtol=0
+    )
+    differing = np.argwhere(~same)
+    tied = np.abs(ranked(a) - ranked(b))[~same] <= atol
+    if model is not None and not tied.all():
+        rows = differing[:, 0]
+        steps = tokens_a.shape[-1]
+        flat_a = tokens_a[~same].reshape(-1, steps)
+        flat_b = tokens_b[~same].reshape(-1, steps)
+        context = np.asarray(context_ids)[rows]
+        gap = np.abs(
+            prefix_log_probs(model, context, flat_a) - prefix_log_probs(model, context, flat_b)
+        )
+        shorter = np.minimum(np.asarray(a.lengths)[~same], np.asarray(b.lengths)[~same])
+        apart = np.cumsum(flat_a != flat_b, -1) > 0  # from their first difference on
+        live = np.arange(steps)[None, :] < shorter[:, None]
+        tied |= ((gap <= atol) & apart & live).any(-1)
+    assert tied.all(), (
+        f"hypotheses differ where no near tie explains it: entries {differing[~tied].tolist()}"
+    )
+    assert len(differing) <= max_near_ties, (
+        f"{len(differing)} near ties (at most {max_near_ties} allowed): {differing.tolist()}"
+    )
+    return len(differing)
+
+
 def graph_op_types(graph_def) -> list[str]:
     """The op type of every node of `graph_def`, its function library's included."""
     types = [node.op for node in graph_def.node]

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from keras_transformer.inference.search import (
     check_length_cap,
     source_relative_limits,
 )
-from tests.helpers import tiny_transformer
+from tests.helpers import SEARCH_SCORE_ATOL, assert_same_hypotheses, tiny_transformer
 
 MAX_LENGTH = 16
 
@@ -472,12 +473,11 @@ SEARCHES_OF_MANY_ROWS = {
 
 def _untrained_model():
     """Random weights, whose beams change order more than a trained model's do. It
-    never predicts [PAD], as a trained model does not (the search would feed [PAD]
-    back, which the uncached search masks), nor [END], so rows end at their limits
-    (near-uniform, it would end every row at once)."""
+    never predicts [END], so rows end at their limits (near-uniform, it would end
+    every row at once)."""
     model = tiny_transformer(vocab_size=30, seed=3)
     bias = model.final_layer.bias.numpy()
-    bias[[PAD_ID, END_ID]] = -10.0
+    bias[END_ID] = -10.0
     model.final_layer.bias.assign(bias)
     return model
 
@@ -522,9 +522,19 @@ def test_searches_over_many_rows_drop_ended_rows_with_the_same_results(
     assert len(set(best)) >= 4
     if weights == "trained":
         assert np.any(best < limits.numpy())  # some at their [END]
-    np.testing.assert_array_equal(result.tokens.numpy(), reference.tokens.numpy())
-    np.testing.assert_array_equal(lengths, reference.lengths.numpy())
-    np.testing.assert_allclose(result.scores.numpy(), reference.scores.numpy(), atol=1e-4)
+    # Cached and uncached attention round differently: a hypothesis the model scores as
+    # its runner-up within float error may change places (seen on AVX2 kernels: 2 of the
+    # 48 n-best entries of the trained model); at most one entry in 12 may.
+    alpha = None if search == "greedy" else 0.6
+    entries = int(np.prod(result.tokens.shape[:-1]))
+    assert_same_hypotheses(
+        result,
+        reference,
+        alpha=alpha,
+        model=model,
+        context_ids=context_ids,
+        max_near_ties=entries // 12,
+    )
 
 
 def _teacher_forced_scores(model, context_ids, tokens, lengths):
@@ -550,9 +560,14 @@ def test_nbest_first_is_the_beam_and_scores_are_sorted_log_probabilities(tiny, m
     nbest = beam.beam_search(tiny.model, ids, 4, max_length, alpha, num_hypotheses=3)
     rows = len(ids)
     assert nbest.tokens.shape == (rows, 3, max_length) and nbest.scores.shape == (rows, 3)
-    np.testing.assert_array_equal(nbest.tokens.numpy()[:, 0], best.tokens.numpy())
-    np.testing.assert_array_equal(nbest.lengths.numpy()[:, 0], best.lengths.numpy())
-    np.testing.assert_array_equal(nbest.scores.numpy()[:, 0], best.scores.numpy())
+    # The n-best search keeps more hypotheses per step than the beam's: another
+    # computation, whose scores round differently (1e-7 apart on AVX2 kernels).
+    first = types.SimpleNamespace(
+        tokens=nbest.tokens[:, 0], lengths=nbest.lengths[:, 0], scores=nbest.scores[:, 0]
+    )
+    assert_same_hypotheses(
+        first, best, alpha=alpha, model=tiny.model, context_ids=ids, max_near_ties=rows // 4
+    )
     scores, lengths = nbest.scores.numpy(), nbest.lengths.numpy()
     assert np.all(np.isfinite(scores))
     ranked = scores / beam.length_penalty(lengths, alpha).numpy()
@@ -578,8 +593,10 @@ def test_nbest_first_is_the_beam_and_scores_are_sorted_log_probabilities(tiny, m
         )
     )
     again = traced(ids, tf.constant(4), tf.constant(3))
-    np.testing.assert_array_equal(again.tokens.numpy(), nbest.tokens.numpy())
-    np.testing.assert_allclose(again.scores.numpy(), scores, atol=1e-5)
+    # Traced, the search is another computation too (1.4e-5 apart on AVX2 kernels).
+    assert_same_hypotheses(
+        again, nbest, alpha=alpha, model=tiny.model, context_ids=ids, max_near_ties=rows // 4
+    )
     assert traced(ids[:0], tf.constant(4), tf.constant(2)).tokens.shape == (0, 2, max_length)
 
 
@@ -677,3 +694,27 @@ def test_a_target_prefix_in_sub_batches_and_over_many_rows(tiny):
     whole = search(tiny.model, ragged.to_tensor(), prefix=prefix[: len(tiny.sentences)])
     parts = sub_batches.in_sub_batches(tiny.model, search, ragged, 3, prefix=ragged_prefix)
     np.testing.assert_array_equal(parts.tokens.numpy(), whole.tokens.numpy())
+
+
+def test_no_search_emits_padding_or_start():
+    """A model that ranks [PAD] and [START] first still gets neither from any search (as
+    transformers' generation never emits padding): [PAD] read back would be padding to
+    the masks. Scores stay the model's log-probabilities, not renormalized without them."""
+    model = tiny_transformer(vocab_size=30, seed=3)
+    bias = model.final_layer.bias.numpy()
+    bias[[PAD_ID, START_ID]] = 8.0
+    model.final_layer.bias.assign(bias)
+    ids = tf.constant(np.random.default_rng(2).integers(4, 30, (6, 5)))
+    results = {
+        "greedy": sampling.greedy_search(model, ids, 8),
+        "sampling": sampling.sample(model, ids, 8, seed=1),
+        "beam": beam.beam_search(model, ids, 3, 8, length_penalty_alpha=0.0),
+        "nbest": beam.beam_search(model, ids, 3, 8, num_hypotheses=3),
+    }
+    for name, result in results.items():
+        tokens, lengths = result.tokens.numpy(), result.lengths.numpy()
+        live = np.arange(tokens.shape[-1]) < lengths[..., None]
+        assert not np.isin(tokens[live], [PAD_ID, START_ID]).any(), name
+        if name != "nbest":
+            expected = _teacher_forced_scores(model, ids, tokens, lengths)
+            np.testing.assert_allclose(result.scores.numpy(), expected, atol=SEARCH_SCORE_ATOL)

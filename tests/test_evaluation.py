@@ -104,17 +104,8 @@ def test_misaligned_inputs_are_rejected(tmp_path):
     assert evaluation.read_lines(crlf) == ["one\rtwo", "three\u2028"]
 
 
-def test_scores_an_exported_saved_model(tiny_translation_model, tmp_path):
-    from keras_transformer.inference.export import export_translator
-
-    tiny = tiny_translation_model
-    export_dir = export_translator(
-        tiny.model,
-        tmp_path / "exports",
-        "digits",
-        source_tokenizer=tiny.source_tokenizer,
-        target_tokenizer=tiny.target_tokenizer,
-    )
+def test_scores_an_exported_saved_model(tiny_export):
+    export_dir = tiny_export.path
     sources = ["three one four", "one five nine two"]
     result = evaluation.evaluate(
         export_dir.parent, sources, ["3 1 4", "1 5 9 2"], tokenize="none", progress=False

@@ -117,14 +117,9 @@ def serve_in_fresh_process(path, texts, prefixes=None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_translation_model, tmp_path_factory):
-    tiny = tiny_translation_model
-    translator = Translator(
-        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, beam_width=3
-    )
-    root = tmp_path_factory.mktemp("saved_models")
-    path = export.export_translator(translator, root, "tiny")
-    return translator, root, path
+def exported(tiny_export):
+    """The session's export of the tiny model (conftest.py), read only."""
+    return tiny_export.translator, tiny_export.root, tiny_export.path
 
 
 @pytest.fixture(scope="module")
@@ -309,9 +304,10 @@ def test_saved_model_cli_lists_the_signatures(exported):
 
 
 def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_up(
-    exported, monkeypatch
+    exported, monkeypatch, tmp_path
 ):
-    translator, root, _ = exported
+    translator, _, _ = exported
+    root = tmp_path
     model_dir = root / "killed"
     model_dir.mkdir()
     # Staging directories that killed exports left: one of an earlier version, one

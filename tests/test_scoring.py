@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.constants import END_ID, START_ID
-from keras_transformer.inference import export, inputs, loaded_export, scoring
+from keras_transformer.inference import inputs, loaded_export, scoring
 from keras_transformer.inference.translator import Translator
 
 PAIRS = [
@@ -58,9 +58,8 @@ def _columns(pairs):
 
 
 @pytest.fixture(scope="module")
-def translator(tiny_translation_model):
-    tiny = tiny_translation_model
-    return Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16)
+def translator(tiny_translator):
+    return tiny_translator
 
 
 def test_the_cuts_of_sources_and_target_side_text(tiny_translation_model):
@@ -194,8 +193,10 @@ json.dump(answers, sys.stdout)
 
 
 @pytest.fixture(scope="module")
-def exported(translator, tmp_path_factory):
-    return export.export_translator(translator, tmp_path_factory.mktemp("scoring"), "tiny")
+def exported(tiny_export):
+    """The session's export of the tiny model (conftest.py); it scores as `translator`
+    does, whatever the sub-batches (test_one_sub_batch_or_many_give_the_same_scores)."""
+    return tiny_export.path
 
 
 def test_the_export_scores_in_a_fresh_process_without_the_library(translator, exported):

@@ -92,12 +92,9 @@ def _serve(path, requests: list[list[bytes]], every_signature: bool = False) -> 
 
 
 @pytest.fixture(scope="module")
-def exported(tiny_translation_model, tmp_path_factory):
-    tiny = tiny_translation_model
-    translator = Translator(
-        tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, sub_batch_size=16
-    )
-    return export.export_translator(translator, tmp_path_factory.mktemp("served"), "tiny")
+def exported(tiny_export):
+    """The session's export of the tiny model (conftest.py: sub-batches of 16 rows)."""
+    return tiny_export.path
 
 
 def _assert_answered(answer: dict, rows: int):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_transformer.constants import END_ID
 from keras_transformer.inference import sampling
 from keras_transformer.inference.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
-from tests.helpers import tiny_transformer
+from tests.helpers import SEARCH_SCORE_ATOL, tiny_transformer
 
 BAD_INPUTS = [
     "",
@@ -19,9 +19,8 @@ BAD_INPUTS = [
 
 
 @pytest.fixture(scope="module")
-def translator(tiny_translation_model):
-    tiny = tiny_translation_model
-    return Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16)
+def translator(tiny_translator):
+    return tiny_translator
 
 
 def _expected(sentence):
@@ -294,7 +293,11 @@ def test_nbest_lists_start_with_the_beam_s_translation(translator):
     nbest = translator(texts, method="beam", beam_width=3, num_hypotheses=3)
     assert nbest["translations"].shape == nbest["scores"].shape == (len(texts), 3)
     assert nbest["translations"].numpy()[:, 0].tolist() == best["translation"].numpy().tolist()
-    np.testing.assert_array_equal(nbest["scores"].numpy()[:, 0], best["score"].numpy())
+    # Another computation than the beam's (more hypotheses kept per step): its scores
+    # round differently (2.4e-7 apart on AVX2 kernels).
+    np.testing.assert_allclose(
+        nbest["scores"].numpy()[:, 0], best["score"].numpy(), atol=SEARCH_SCORE_ATOL
+    )
     np.testing.assert_array_equal(nbest["source_truncated"], best["source_truncated"])
     assert np.all(np.isfinite(nbest["scores"].numpy())) and np.all(nbest["scores"].numpy() <= 0)
     empty = translator.translate_nbest(tf.constant([], tf.string), 3, 2)
