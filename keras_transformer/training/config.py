@@ -108,7 +108,8 @@ class TrainConfig:
     )
     val_fraction: float = setting(
         0.05,
-        "share of the training pairs held out for validation when no validation set is given",
+        "share of the training pairs held out for validation when no validation set is given "
+        "(prepare, which streams the corpus, holds out each pair with this probability)",
     )
     max_tokens: int = setting(
         128,
