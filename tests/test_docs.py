@@ -1,16 +1,25 @@
 """The documentation: the site builds, docstrings name their arguments, links resolve,
-and the guides' code runs.
+and the code and commands of README.md and the guides run.
 
-- `mkdocs build --strict` (mkdocs.yml; skipped only where mkdocs is not installed);
+- `mkdocs build --strict` (mkdocs.yml; skipped only where mkdocs is not installed), and
+  the links into generated pages resolved in the built site;
 - every public name of `keras_transformer` and `keras_transformer.layers` has a
   docstring whose Args section names each of its arguments;
-- every relative link of README.md and docs/ leads to a file, and its anchor to a
-  heading of that file (docs/configuration.md is generated: docs/hooks.py); a page of
-  docs/ links only within docs/, since the site has no other files;
-- the fenced ```python and ```bash blocks of each guide (docs/*.md) run in file order
-  in a fresh process and a fresh directory: the python blocks in one namespace, the
-  bash blocks with `bash -e` and this Python's bin directory first on PATH. A block
-  whose first line is `# needs: WHAT` is skipped (WHAT: why it cannot run here).
+- every relative link of the repository's Markdown pages (README.md, docs/, the
+  READMEs of benchmarks/, notebooks/, saved_models/, tests/) leads to a file, and its
+  anchor to a heading of that file; docs/configuration.md is generated
+  (docs/hooks.py), so only the site's own pages may link it; a page of docs/ links only
+  within docs/, since the site has no other files;
+- the fenced ```python and ```bash blocks of each guide (docs/*.md) and of README.md run
+  in file order in a fresh process and a fresh directory: the python blocks in one
+  namespace, the bash blocks with `bash -e` and this Python's bin directory first on
+  PATH. A block whose first line is `# needs: WHAT` is skipped (WHAT: what the user
+  brings that a test cannot: data, a server, the package registries);
+- every command of those pages' bash blocks, skipped or not, is read as shell: each
+  `keras-transformer` command is parsed by the command line's parser as written, and
+  each model server command (docker's or tensorflow_model_server's) takes only the
+  options of this file's tables, publishes the ports the page's REST and gRPC
+  examples connect to and serves the models they name.
 
 Every TrainConfig field's help line is tested in test_cli.py
 (`test_every_setting_has_a_help_with_its_default`); here, that the generated
@@ -25,8 +34,10 @@ import inspect
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+import textwrap
 import unicodedata
 from pathlib import Path
 from urllib.parse import unquote
@@ -83,6 +94,22 @@ def test_site_builds_strict(tmp_path):
     reference = (site / "reference" / "layers" / "index.html").read_text(encoding="utf-8")
     for name in keras_transformer.layers.__all__:
         assert f'id="keras_transformer.layers.{name}"' in reference, name
+    # The links into generated pages, resolved in the built site: the page is there, with
+    # the anchor's id (test_relative_links_resolve reads the hook's Markdown instead).
+    checked = 0
+    for path in sorted(DOCS.rglob("*.md")):
+        for line, target in links(path.read_text(encoding="utf-8")):
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / unquote(file_part)).resolve()
+            if not file_part or linked.parent != DOCS or linked.name not in GENERATED_PAGES:
+                continue
+            built = site / linked.stem / "index.html"
+            where = f"{path.relative_to(ROOT)}:{line}: {target}"
+            assert built.is_file(), f"{where}: the built site has no {built.relative_to(site)}"
+            html = built.read_text(encoding="utf-8")
+            assert not anchor or f'id="{unquote(anchor)}"' in html, f"{where}: no id {anchor}"
+            checked += 1
+    assert checked, "no page links a generated page: is GENERATED_PAGES right?"
 
 
 def test_configuration_page_lists_every_setting_with_its_help():
@@ -296,7 +323,16 @@ def _page_text(path: Path, generated: dict) -> str | None:
     return None
 
 
-LINKED_FILES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+# Every Markdown page of the repository: the site's (docs/) and those GitHub shows.
+LINKED_FILES = [
+    ROOT / "README.md",
+    *sorted(DOCS.rglob("*.md")),
+    *sorted(
+        p
+        for d in ("benchmarks", "notebooks", "saved_models", "tests")
+        for p in (ROOT / d).glob("*.md")
+    ),
+]
 
 
 @pytest.mark.parametrize("path", LINKED_FILES, ids=[str(p.relative_to(ROOT)) for p in LINKED_FILES])
@@ -309,9 +345,13 @@ def test_relative_links_resolve(path, generated_pages):
         file_part, _, anchor = target.partition("#")
         linked = (path.parent / unquote(file_part)).resolve() if file_part else path
         where = f"{path.relative_to(ROOT)}:{line}: {target}"
-        linked_text = _page_text(linked, generated_pages)
+        # A generated page exists only in the built site: a page of the site may link it,
+        # a page that GitHub shows (README.md, saved_models/README.md) may not.
+        in_site = DOCS in path.parents
+        linked_text = _page_text(linked, generated_pages if in_site else {})
         if linked_text is None and not linked.is_dir():
-            broken.append(f"{where} (no file {linked})")
+            why = " (generated in the built site only)" if linked in generated_pages else ""
+            broken.append(f"{where} (no file {linked}{why})")
         elif DOCS in path.parents and DOCS not in linked.parents:
             broken.append(f"{where} (outside docs/: no page of the site; link it by URL)")
         elif anchor and linked_text is not None and unquote(anchor) not in anchors(linked_text):
@@ -378,7 +418,11 @@ def runnable_blocks(path: Path) -> tuple[list[Block], list[str]]:
     return run, needs
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=[p.name for p in GUIDES])
+# The pages whose code runs: the guides and the README.
+CODE_PAGES = [*GUIDES, ROOT / "README.md"]
+
+
+@pytest.mark.parametrize("guide", CODE_PAGES, ids=[p.name for p in CODE_PAGES])
 def test_guide_code_runs(guide, tmp_path):
     blocks, needs = runnable_blocks(guide)
     for line in needs:
@@ -388,7 +432,7 @@ def test_guide_code_runs(guide, tmp_path):
     script = tmp_path / "blocks.json"
     work = tmp_path / "work"
     work.mkdir()
-    name = f"docs/{guide.name}"
+    name = str(guide.relative_to(ROOT))
     script.write_text(
         json.dumps([name, [[b.info, b.line, b.code] for b in blocks]]), encoding="utf-8"
     )
@@ -415,3 +459,296 @@ def test_guide_code_runs(guide, tmp_path):
         output = output.decode(errors="replace") if isinstance(output, bytes) else output
         pytest.fail(f"{name}'s blocks ran over {GUIDE_TIMEOUT} s:\n{output[-8000:]}")
     assert result.returncode == 0, f"{name}'s code failed:\n{result.stdout[-12000:]}"
+
+
+# -- the commands the pages show -----------------------------------------------------
+#
+# Every bash block of README.md and docs/ (those that run above and those that need what
+# the user brings) is read as shell: each `keras-transformer` command is parsed by the
+# command line's own parser, and each model server command (docker's or the binary's) is
+# checked against the tables below and against the page's client examples.
+
+
+# The ports the model server listens on inside the tensorflow/serving image (it starts
+# `tensorflow_model_server --port=8500 --rest_api_port=8501`), and the flag that sets
+# each on the binary: a page's gRPC examples need the first published, its REST ones the
+# second.
+SERVER_PORTS = {"grpc": (8500, "--port"), "rest": (8501, "--rest_api_port")}
+# The model server flags the pages may use: name -> the form of its value (TF Serving's
+# main.cc). A flag not here is a typo or a new flag to check there and add.
+MODEL_SERVER_FLAGS = {
+    "--port": r"\d+",
+    "--rest_api_port": r"\d+",
+    "--model_config_file": r"/\S+",
+    "--model_config_file_poll_wait_seconds": r"\d+",
+    "--model_name": r"\w+",
+    "--model_base_path": r"/\S+",
+    "--tensorflow_inter_op_parallelism": r"\d+",
+    "--tensorflow_intra_op_parallelism": r"\d+",
+    "--xla_cpu_compilation_enabled": r"true|false",
+    "--enable_batching": r"true|false",
+    "--batching_parameters_file": r"/\S+",
+    "--rest_api_num_threads": r"\d+",
+}
+# `docker run`'s options the pages may use: name -> whether it takes a value.
+DOCKER_RUN_OPTIONS = {"--rm": False, "-d": False, "-it": False, "-p": True, "-v": True, "-e": True}
+SERVING_IMAGE = re.compile(r"^tensorflow/serving(:[\w.-]+)?$")
+# Where a page's client examples connect: (protocol, port, model name).
+REST_CALL = re.compile(r"localhost:(\d+)/v1/models/(\w+)")
+GRPC_CHANNEL = re.compile(r"insecure_channel\(\s*[\"']localhost:(\d+)[\"']")
+GRPC_MODEL = re.compile(r"model_spec\.name\b[^\n]*?=\s*[\"'](\w+)[\"']")
+CONFIG_NAME = re.compile(r"^\s*name:\s*\"(\w+)\"", re.MULTILINE)
+CONFIG_BASE_PATH = re.compile(r"^\s*base_path:\s*\"([^\"]+)\"", re.MULTILINE)
+
+
+def _without_comments(text: str) -> str:
+    """Shell text without its comments: an unquoted # that starts a word, to the line's end."""
+    out, quote, i = [], None, 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "\\":
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def shell_commands(code: str) -> list[list[str]]:
+    """The simple commands of a bash block as argument lists: continued lines joined,
+    here-documents' bodies, comments, redirections and leading VAR=value assignments
+    left out, split at newlines, `;`, `&&`, `||`, `|` and `&`."""
+    lines, heredoc = [], None
+    for line in code.splitlines():
+        if heredoc is not None:
+            heredoc = None if line.strip() == heredoc else heredoc
+            continue
+        start = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", line)
+        heredoc = start.group(1) if start else None
+        lines.append(line)
+    text = _without_comments("\n".join(lines)).replace("\\\n", " ")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="();<>|&\n")
+    lexer.whitespace = " \t\r"
+    lexer.whitespace_split = True
+    commands, current, tokens = [], [], list(lexer)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token and set(token) <= set("();<>|&\n"):
+            if "<" in token or ">" in token:  # a redirection: it and its target go
+                if current and current[-1].isdigit():
+                    current.pop()  # 2>/dev/null
+                i += 2
+                continue
+            commands.append(current)
+            current = []
+        else:
+            current.append(token)
+        i += 1
+    commands.append(current)
+    result = []
+    for command in commands:
+        while command and re.match(r"^\w+=", command[0]):
+            command = command[1:]
+        if command:
+            result.append(command)
+    return result
+
+
+def test_shell_commands_reads_bash_as_bash():
+    code = textwrap.dedent(
+        """\
+        # a comment: it's here
+        KERAS_BACKEND=jax keras-transformer train --data d \\
+            --run-dir r   # trailing comment
+        cat > tiny.json <<'EOF'
+        {"a": 1}
+        EOF
+        ls runs 2>/dev/null || echo "no run" && curl -d '{"x":
+          1}' url
+        keras-transformer train --src a.en & sleep 1; kill -9 $!
+        """
+    )
+    assert shell_commands(code) == [
+        ["keras-transformer", "train", "--data", "d", "--run-dir", "r"],
+        ["cat"],
+        ["ls", "runs"],
+        ["echo", "no run"],
+        ["curl", "-d", '{"x":\n  1}', "url"],
+        ["keras-transformer", "train", "--src", "a.en"],
+        ["sleep", "1"],
+        ["kill", "-9", "$!"],
+    ]
+
+
+def _page_commands(path: Path) -> list[tuple[int, list[str]]]:
+    """(block line, argument list) of every command of the page's bash blocks."""
+    _, blocks = split_markdown(path.read_text(encoding="utf-8"))
+    return [
+        (block.line, command)
+        for block in blocks
+        if block.info in ("bash", "sh", "shell")
+        for command in shell_commands(block.code)
+    ]
+
+
+@pytest.fixture(scope="module")
+def cli_parser():
+    from keras_transformer.cli import build_parser
+
+    return build_parser()
+
+
+@pytest.mark.parametrize("page", CODE_PAGES, ids=[str(p.relative_to(ROOT)) for p in CODE_PAGES])
+def test_documented_commands_parse(page, cli_parser, capsys):
+    """Each `keras-transformer` command of the page is one the command line takes as
+    written (its subcommand, its flags, their values and the required ones): parsed by
+    the real parser, without running it (the blocks that run, run above)."""
+    bad = []
+    for line, command in _page_commands(page):
+        if os.path.basename(command[0]) != "keras-transformer":
+            continue
+        try:
+            cli_parser.parse_args(command[1:])
+        except SystemExit as stop:
+            if stop.code not in (None, 0):  # --help ends with 0
+                error = capsys.readouterr().err.strip().splitlines()[-1:]
+                bad.append(f"{page.name}:{line}: {shlex.join(command)}\n    {error}")
+    assert not bad, "commands the command line refuses:\n" + "\n".join(bad)
+
+
+def _server_command(command: list[str]) -> dict | None:
+    """A model server command read: its published ports (container -> host), mounts
+    (container -> host), environment and model server flags; None for another command.
+    Options outside the tables are an error."""
+    program = os.path.basename(command[0])
+    if program == "tensorflow_model_server":
+        flags, rest = command[1:], []
+        ports = None  # the binary listens on its flags' ports
+        mounts, environment = {}, {}
+    elif program == "docker" and command[1:2] == ["run"]:
+        ports, mounts, environment = {}, {}, {}
+        args = command[2:]
+        while args and args[0].startswith("-"):
+            option = args.pop(0)
+            assert option in DOCKER_RUN_OPTIONS, f"docker run {option}: not in DOCKER_RUN_OPTIONS"
+            if not DOCKER_RUN_OPTIONS[option]:
+                continue
+            value = args.pop(0)
+            if option == "-p":
+                host, container = value.rsplit(":", 1)[-2:] if value.count(":") else (value, value)
+                ports[int(container)] = int(host.rsplit(":", 1)[-1])
+            elif option == "-v":
+                host, container = value.split(":")[:2]
+                mounts[container] = host
+            else:
+                name, _, setting = value.partition("=")
+                environment[name] = setting
+        image, *rest = args
+        assert SERVING_IMAGE.match(image), f"docker run {image}: not the tensorflow/serving image"
+        flags = rest
+    else:
+        return None
+    server_flags = {}
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        assert name in MODEL_SERVER_FLAGS, f"{flag}: not in MODEL_SERVER_FLAGS"
+        assert re.fullmatch(MODEL_SERVER_FLAGS[name], value), f"{flag}: not {name}'s form"
+        server_flags[name] = value
+    if ports is None:  # the binary: its defaults are the image's
+        ports = {port: int(server_flags.get(flag, port)) for port, flag in SERVER_PORTS.values()}
+    return {"ports": ports, "mounts": mounts, "environment": environment, "flags": server_flags}
+
+
+def test_server_commands_serve_what_the_examples_ask():
+    """Each page's model server commands publish the ports its REST and gRPC examples
+    connect to, and serve the models they name (MODEL_NAME, or the page's model config,
+    found under a mounted directory)."""
+    checked = []
+    for page in CODE_PAGES:
+        text = page.read_text(encoding="utf-8")
+        servers = [
+            (line, server)
+            for line, command in _page_commands(page)
+            if (server := _server_command(command)) is not None
+        ]
+        asked = [("rest", int(port), name) for port, name in REST_CALL.findall(text)]
+        channels = [int(port) for port in GRPC_CHANNEL.findall(text)]
+        asked += [("grpc", port, name) for port in channels for name in GRPC_MODEL.findall(text)]
+        if not servers:
+            continue
+        _, prose_blocks = split_markdown(text)
+        configs = "\n".join(b.code for b in prose_blocks if "model_config_list" in b.code)
+        for line, server in servers:
+            where = f"{page.relative_to(ROOT)}:{line}"
+            if "--model_config_file" in server["flags"]:
+                served = set(CONFIG_NAME.findall(configs))
+                paths = [server["flags"]["--model_config_file"], *CONFIG_BASE_PATH.findall(configs)]
+            else:
+                served = {server["environment"].get("MODEL_NAME", "model")}
+                paths = [f"/models/{name}" for name in served]
+            if server["mounts"]:  # docker: the server reads only what is mounted
+                for path in paths:
+                    assert any(
+                        path == mount or path.startswith(mount.rstrip("/") + "/")
+                        for mount in server["mounts"]
+                    ), f"{where}: {path} is under no mount of {server['mounts']}"
+            for protocol, port, name in asked:
+                container_port, flag = SERVER_PORTS[protocol]
+                assert server["ports"].get(container_port) == port, (
+                    f"{where}: the {protocol} examples connect to {port}, but the command "
+                    f"publishes {server['ports']} (container -> host; {protocol} is "
+                    f"{container_port}, {flag})"
+                )
+                assert name in served, f"{where}: the examples ask {name}, it serves {served}"
+            checked.append(page.name)
+    assert {"README.md", "getting-started.md", "serving.md"} <= set(checked), checked
+
+
+def test_documented_exports_write_where_they_say(tiny_run_dir, tmp_path, monkeypatch, capsys):
+    """Each `keras-transformer export` line of the pages runs as written, in a fresh
+    directory where its run directory is the tiny run, and writes the version its comment
+    names (`# saved_models/en_de/1/`). Writing the SavedModel is patched out, so no
+    signature is traced (test_export.py tests what an export holds): what runs is the
+    command, the run's loading and the translator's construction."""
+    from keras_transformer import cli
+    from keras_transformer.inference import export
+
+    def save(obj, path, signatures=None, **kwargs):
+        assert len(signatures) == 6
+        Path(path, "saved_model.pb").write_bytes(b"stub")
+
+    monkeypatch.setattr(export.tf.saved_model, "save", save)
+    ran = []
+    for page in CODE_PAGES:
+        _, blocks = split_markdown(page.read_text(encoding="utf-8"))
+        for block in blocks:
+            for offset, text in enumerate(block.code.splitlines()):
+                if not re.match(r"^(\w+=\S+\s+)*keras-transformer export\b", text):
+                    continue
+                where = f"{page.relative_to(ROOT)}:{block.line + offset}"
+                assert not text.rstrip().endswith("\\"), f"{where}: write it on one line"
+                (argv,) = shell_commands(text)
+                work = tmp_path / f"{page.stem}-{block.line + offset}"
+                run = work / argv[2]
+                run.parent.mkdir(parents=True)
+                run.symlink_to(tiny_run_dir, target_is_directory=True)
+                monkeypatch.chdir(work)
+                capsys.readouterr()
+                assert cli.main(argv[1:]) == 0, where
+                written = Path(capsys.readouterr().out.strip())
+                assert (written / "saved_model.pb").read_bytes() == b"stub", where
+                expected = re.search(r"#\s*(saved_models/[\w/]+)", text)
+                if expected:
+                    assert written == Path(expected.group(1)), where
+                ran.append(where)
+    assert sum(where.startswith("README.md:") for where in ran) == 2, ran

@@ -1,6 +1,7 @@
 """BLEU/chrF through the evaluate path."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,49 @@ def test_evaluate_scores_cased_output_against_moses_form_references(tmp_path):
     assert (tmp_path / "translations.txt").read_text(encoding="utf-8").splitlines() == output
     with pytest.raises(ValueError, match='tokenize="none"'):
         evaluation.evaluate(lambda b: b, ["x"], ["x"], moses_lang="de", progress=False)
+
+
+def test_cli_default_output_dir_keeps_each_evaluation(tmp_path, monkeypatch, capsys):
+    """`evaluate --model saved_models/demo/1/ --src A --ref B`, then with another test
+    set or search: each evaluation gets its own default directory, keyed by the model, the
+    test files and the search, and the earlier results stay. The translation is patched
+    (each source as it is): what is tested is where the results go."""
+    from keras_transformer import cli
+
+    calls = []
+
+    def translate_fn(model, beam_width=None):
+        calls.append((model, beam_width))
+        return identity
+
+    monkeypatch.setattr(evaluation, "saved_model_translate_fn", translate_fn)
+    monkeypatch.chdir(tmp_path)
+    for name, lines in (("a.en", REFERENCES), ("b.en", REFERENCES[:2])):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    (elsewhere / "a.en").write_text(REFERENCES[2] + "\n", encoding="utf-8")
+
+    def run(*files, more=()):
+        src, ref = files
+        argv = ["evaluate", "--model", "saved_models/demo/1/", "--src", src, "--ref", ref]
+        assert cli.main([*argv, "--no-progress", *more]) == 0
+        result = json.loads(capsys.readouterr().out)
+        path = Path(result["translations_file"]).parent
+        assert json.loads((path / "scores.json").read_text())["src"] == src
+        return path, (path / "scores.json").read_text()
+
+    first, first_scores = run("a.en", "a.en")
+    assert first == Path("evaluations/demo/a.en-a.en-greedy")
+    second, _ = run("b.en", "b.en")
+    assert second == Path("evaluations/demo/b.en-b.en-greedy")
+    beam, _ = run("a.en", "a.en", more=["--beam", "2"])
+    assert beam == Path("evaluations/demo/a.en-a.en-beam2")
+    # Test files of the same names elsewhere: beside the first, not over it.
+    same_names, _ = run("other/a.en", "other/a.en")
+    assert same_names == Path("evaluations/demo/a.en-a.en-greedy-2")
+    assert (first / "scores.json").read_text() == first_scores
+    # The first evaluation again takes its own directory.
+    again, _ = run("a.en", "a.en")
+    assert again == first and not Path("evaluations/demo/a.en-a.en-greedy-3").exists()
+    assert calls[2] == ("saved_models/demo/1/", 2)

@@ -260,33 +260,76 @@ def test_the_loader_runs_without_tensorflow(prepared_dir):
 
 
 def test_train_from_prepared_data_learns_and_resumes(prepared_dir, tmp_path):
-    config = {**TOKENIZER, **TINY_MODEL, "data": str(prepared_dir), "batch_size": 32}
+    # No tokenizer settings: the run takes the directory's (TOKENIZER, not the defaults).
+    config = {**TINY_MODEL, "data": str(prepared_dir), "batch_size": 32}
     history = train({**config, "epochs": 2}, tmp_path / "run", verbose=0)
     losses = history.history["loss"]
     assert losses[1] < losses[0]
     saved = run_dir.read_config(tmp_path / "run")
     assert saved["data"]["corpus"] == "prepared"
+    assert {key: saved["training"][key] for key in TOKENIZER} == TOKENIZER
     assert saved["files"] == prepared.PreparedData(prepared_dir).files
     history = train({**config, "epochs": 3}, tmp_path / "run", verbose=0)
     assert len(history.history["loss"]) == 3
 
 
+def test_train_data_takes_the_prepared_tokenizer_and_refuses_another_given(
+    prepared_dir, tmp_path, capsys
+):
+    """`train --data DIR` takes DIR's tokenizer settings (TOKENIZER: a joint vocabulary of
+    300) in place of the defaults' and a preset's; a flag or --config value that differs
+    is refused in one line naming the setting and both values. Checked on the parsed
+    settings (no training: the test above trains from them)."""
+    from keras_transformer.cli import build_parser, settings
+
+    parser = build_parser()
+    base = ["train", "--data", str(prepared_dir), "--run-dir", str(tmp_path / "r")]
+
+    def config(*more):
+        return settings.config_from_args(parser.parse_args([*base, *more]))
+
+    for more in ([], ["--preset", "small"], ["--preset", "tutorial"], ["--vocab-size", "300"]):
+        taken = config(*more)
+        assert (taken.tokenizer, taken.shared_vocab, taken.vocab_size) == (
+            "sentencepiece",
+            True,
+            300,
+        ), more
+    assert config("--preset", "small").dff == 256  # the preset's other settings stay
+    file = tmp_path / "settings.json"
+    file.write_text(json.dumps({"vocab_size": 400, "shared_vocab": False}))
+    for more, named in (
+        (["--vocab-size", "400"], "vocab_size 300, but the run sets vocab_size 400"),
+        (["--config", str(file), "--vocab-size", "300"], "shared_vocab true, but the run sets "),
+        (["--tokenizer", "wordpiece"], 'tokenizer "sentencepiece", but the run sets tokenizer '),
+    ):
+        assert _cli([*base, *more]) == 2, more
+        error = capsys.readouterr().err.strip()
+        assert error.count("\n") == 0 and error.startswith("keras-transformer: error: "), error
+        assert f"{prepared_dir} was prepared with " in error and named in error, error
+        assert "leave " in error
+    assert not (tmp_path / "r").exists()
+    # The help says so.
+    help_text = " ".join(
+        parser._subparsers._group_actions[0].choices["train"].format_help().split()
+    )
+    assert "the run takes the tokenizer settings DIR was prepared with" in help_text
+    assert "a tokenizer flag or --config value that differs is refused" in help_text
+
+
 def test_prepared_data_of_another_tokenizer_is_refused_in_one_line(
     prepared_dir, corpus, tmp_path, capsys
 ):
-    flags = [
-        "--data",
-        str(prepared_dir),
-        "--shared-vocab",
-        "true",
-        "--run-dir",
-        str(tmp_path / "r"),
-    ]
-    assert _cli(["train", *flags, "--vocab-size", "400"]) == 2
+    flags = ["--data", str(prepared_dir), "--run-dir", str(tmp_path / "r")]
+    assert _cli(["train", *flags, "--shared-vocab", "true", "--vocab-size", "400"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0
-    assert f"{prepared_dir} was prepared with other tokenizer settings" in error
-    assert "vocab_size 300 (prepared) vs 400" in error
+    assert f"{prepared_dir} was prepared with vocab_size 300, but the run sets vocab_size 400" in (
+        error
+    )
+    with pytest.raises(ValueError, match="prepared with vocab_size 300, but the run sets"):
+        train({"data": str(prepared_dir), "vocab_size": 400}, tmp_path / "r", verbose=0)
+    assert not (tmp_path / "r").exists()
     # A run resumed on data prepared again in its place, from other text: the same
     # settings, another vocabulary.
     settings, _, _ = corpus

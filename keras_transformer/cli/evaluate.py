@@ -55,8 +55,10 @@ def add_evaluate_parser(subparsers) -> None:
     parser.add_argument(
         "--output-dir",
         default=None,
-        help="where translations.txt and scores.json go (default: evaluations/NAME, "
-        "NAME the model's)",
+        help="where translations.txt and scores.json go; another evaluation's results there "
+        "are refused (default: evaluations/NAME/SRC-REF-SEARCH, from the model's name, the "
+        "test files' names and greedy or beamN, with -2, -3, ... added when that one holds "
+        "another evaluation's results, which are kept)",
     )
     parser.add_argument(
         "--json-out",
@@ -76,32 +78,54 @@ def _model_name(model: str) -> str:
     return path.parent.name if path.name.isdigit() else path.name
 
 
-def _check_not_another_evaluation(output_dir: Path, metadata: dict) -> None:
-    """An evaluation's outputs are replaced only by the same evaluation run again: the
-    default directory is the model's, and another test set or search must not
-    overwrite its scores unasked."""
+def _changed(output_dir: Path, metadata: dict) -> list[str]:
+    """The fields of `metadata` in which the evaluation whose results `output_dir` holds
+    differs from this one ([] if it holds none, or this one's)."""
     scores_file = output_dir / "scores.json"
     if not scores_file.is_file():
-        return
+        return []
     try:
         earlier = json.loads(scores_file.read_text(encoding="utf-8"))
     except ValueError:
         earlier = {}
     if not isinstance(earlier, dict):
         earlier = {}
-    changed = [key for key, value in metadata.items() if earlier.get(key) != value]
+    return [
+        f"{key} {earlier.get(key)!r}"
+        for key, value in metadata.items()
+        if earlier.get(key) != value
+    ]
+
+
+def _check_not_another_evaluation(output_dir: Path, metadata: dict) -> None:
+    """An evaluation's outputs are replaced only by the same evaluation run again: an
+    --output-dir given for another test set or search must not overwrite its scores."""
+    changed = _changed(output_dir, metadata)
     if changed:
         raise UserError(
-            f"{output_dir} holds the results of another evaluation (its "
-            f"{', '.join(f'{key} {earlier.get(key)!r}' for key in changed)}): give another "
-            "--output-dir, or remove that one"
+            f"{output_dir} holds the results of another evaluation (its {', '.join(changed)}): "
+            "give another --output-dir, or remove that one"
         )
+
+
+def default_output_dir(model: str, metadata: dict) -> Path:
+    """evaluations/NAME/SRC-REF-SEARCH: one directory per model, test set and search, so
+    evaluating a model on a second test set keeps the first's results. The same evaluation
+    run again takes its own directory; another one whose names are the same (test files of
+    the same names elsewhere, another version of the model) the next free -2, -3, ..."""
+    search = metadata["search"].replace(" ", "")
+    base = f"{Path(metadata['src']).name}-{Path(metadata['ref']).name}-{search}"
+    parent = Path("evaluations") / _model_name(model)
+    output_dir, number = parent / base, 1
+    while _changed(output_dir, metadata):
+        number += 1
+        output_dir = parent / f"{base}-{number}"
+    return output_dir
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
 
     require_positive(args, "beam", "batch_size")
-    output_dir = args.output_dir or str(Path("evaluations") / _model_name(args.model))
     tokenize = args.tokenize or ("none" if args.moses else DEFAULT_TOKENIZE)
     metadata = {
         "model": str(args.model),
@@ -110,7 +134,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "search": f"beam {args.beam}" if args.beam else "greedy",
         "moses": args.moses,
     }
-    _check_not_another_evaluation(Path(output_dir), metadata)
+    if args.output_dir:
+        output_dir = Path(args.output_dir)
+        _check_not_another_evaluation(output_dir, metadata)
+    else:
+        output_dir = default_output_dir(args.model, metadata)
     result = evaluate(
         args.model,
         args.src,

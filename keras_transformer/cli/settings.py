@@ -8,7 +8,11 @@ import dataclasses
 
 from keras_transformer.cli.common import optional, parse_bool
 from keras_transformer.training import presets
-from keras_transformer.training.config import TrainConfig, read_config_file
+from keras_transformer.training.config import (
+    TrainConfig,
+    read_config_file,
+    with_prepared_tokenizer,
+)
 from keras_transformer.training.config_checks import TRAINING_DATA_PATHS
 
 
@@ -106,13 +110,21 @@ def add_config_flags(
 
 
 def config_from_args(args: argparse.Namespace, base: dict | None = None):
-    """Defaults < `base` < --preset < --config file < flags given on the command line."""
+    """Defaults < `base` < --preset < --config file < flags given on the command line.
+
+    From prepared data (--data), the tokenizer settings are the directory's: a preset's
+    give way to them, and a flag's or the --config file's that differs is refused
+    (`with_prepared_tokenizer`).
+    """
 
     values = dict(base or {})
     if getattr(args, "preset", None):
         values.update(presets.settings(args.preset))
+    given = set()
     if args.config:
-        values.update(read_config_file(args.config))
+        from_file = read_config_file(args.config)
+        values.update(from_file)
+        given.update(from_file)
     flags = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(TrainConfig)
@@ -128,7 +140,7 @@ def config_from_args(args: argparse.Namespace, base: dict | None = None):
                 values.pop(name, None)
             if own & set(TRAINING_DATA_PATHS) and "corpus" not in flags:
                 values.pop("corpus", None)
-    return TrainConfig.from_dict(values)
+    return with_prepared_tokenizer(TrainConfig.from_dict(values), given | flags.keys())
 
 
 # Each pair: the settings of one way to give data, and those of the other way.

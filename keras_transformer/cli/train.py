@@ -16,7 +16,9 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "Train a Transformer translator. Settings: defaults (the TensorFlow tutorial's), "
             "then a JSON --config file, then flags; --src or --tsv alone select --corpus "
-            "files or tsv. Starting it again on the same --run-dir resumes from the last "
+            "files or tsv. From prepared data (--data DIR), the run takes the tokenizer "
+            "settings DIR was prepared with; a tokenizer flag or --config value that differs "
+            "is refused. Starting it again on the same --run-dir resumes from the last "
             "completed epoch. Examples: "
             "`keras-transformer train --src train.pt --tgt train.en --val-src dev.pt "
             "--val-tgt dev.en --run-dir runs/ted`; `keras-transformer train --corpus tfds`."

@@ -45,7 +45,8 @@ FORMAT = "keras_transformer.text.prepared/1"
 SPLITS = ("train", "validation")
 # A shard's three arrays: file name ending -> what it holds.
 SOURCE_IDS, TARGET_IDS, LENGTHS = "source.npy", "target.npy", "lengths.npy"
-# The tokenizer settings that must match between a prepared directory and a run.
+# The tokenizer settings a prepared directory records (its index's "tokenizer"): a run from
+# it takes them (`training.config.with_prepared_tokenizer`).
 TOKENIZER_KEYS = (
     "kind",
     "shared_vocab",
@@ -65,6 +66,30 @@ def shard_path(directory: str | os.PathLike, shard: str, array: str) -> Path:
     return Path(directory) / f"{shard}.{array}"
 
 
+def read_index(directory: str | os.PathLike) -> dict:
+    """The index of a prepared directory, read alone (`PreparedData` checks the rest);
+    refused with a one-line ValueError naming the directory, as `PreparedData` is."""
+    directory = Path(directory)
+    index_path = directory / INDEX_FILE
+    if not index_path.is_file():
+        why = (
+            "it does not exist"
+            if not directory.exists()
+            else f"it has no {INDEX_FILE} (an interrupted prepare writes none: run it again)"
+        )
+        raise ValueError(f"{directory} is not a prepared data directory: {why}.")
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"{index_path} is not valid JSON: {error}") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise ValueError(
+            f"{index_path} is not an index of this version's prepared data (format "
+            f"{FORMAT!r}): prepare the corpus again."
+        )
+    return index
+
+
 class PreparedData:
     """A prepared directory, checked whole before anything reads it.
 
@@ -79,23 +104,7 @@ class PreparedData:
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
-        index_path = self.directory / INDEX_FILE
-        if not index_path.is_file():
-            why = (
-                "it does not exist"
-                if not self.directory.exists()
-                else f"it has no {INDEX_FILE} (an interrupted prepare writes none: run it again)"
-            )
-            raise ValueError(f"{self.directory} is not a prepared data directory: {why}.")
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ValueError(f"{index_path} is not valid JSON: {error}") from None
-        if not isinstance(index, dict) or index.get("format") != FORMAT:
-            raise ValueError(
-                f"{index_path} is not an index of this version's prepared data (format "
-                f"{FORMAT!r}): prepare the corpus again."
-            )
+        index = read_index(self.directory)
         self.index = index
         self.tokenizer_settings: dict = index["tokenizer"]
         self.files: dict[str, str] = index["files"]
@@ -148,21 +157,6 @@ class PreparedData:
                 f"{path} cannot be read as a shard of {self.directory} ({error}): prepare the "
                 "corpus again."
             ) from None
-
-    def check_tokenizer(self, settings: dict) -> None:
-        """`settings` (a run's "tokenizer" section) are the ones the data was prepared with."""
-        ours = {key: self.tokenizer_settings.get(key) for key in TOKENIZER_KEYS}
-        theirs = {key: settings.get(key) for key in TOKENIZER_KEYS}
-        if ours != theirs:
-            changes = ", ".join(
-                f"{key} {ours[key]!r} (prepared) vs {theirs[key]!r}"
-                for key in TOKENIZER_KEYS
-                if ours[key] != theirs[key]
-            )
-            raise ValueError(
-                f"{self.directory} was prepared with other tokenizer settings than the run's "
-                f"({changes}): train with the settings it was prepared with, or prepare again."
-            )
 
     def check_tokenizer_files(self, fingerprints: dict[str, str], where: str) -> None:
         """`fingerprints` (a run's tokenizer files, name -> SHA-256) are this data's."""

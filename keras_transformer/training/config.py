@@ -24,6 +24,7 @@ from typing import Any
 
 from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
 from keras_transformer.models.transformer import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS
+from keras_transformer.text import prepared
 from keras_transformer.text.tokenizers.settings import SUBWORD_MODELS
 from keras_transformer.training import config_checks, distribute
 
@@ -68,8 +69,9 @@ class TrainConfig:
     data: str | None = setting(
         None,
         "a prepared data directory (keras-transformer prepare), read in place of text: "
-        "its validation split validates, and the tokenizer settings must be the ones it was "
-        "prepared with (corpus prepared); unset for the other corpora",
+        "its validation split validates, and the run takes the tokenizer settings it was "
+        "prepared with (a tokenizer setting given that differs is refused) (corpus "
+        "prepared); unset for the other corpora",
     )
     src: str | None = setting(
         None,
@@ -108,7 +110,8 @@ class TrainConfig:
     )
     val_fraction: float = setting(
         0.05,
-        "share of the training pairs held out for validation when no validation set is given",
+        "share of the training pairs held out for validation when no validation set is given "
+        "(prepare, which streams the corpus, holds out each pair with this probability)",
     )
     max_tokens: int = setting(
         128,
@@ -295,6 +298,54 @@ class TrainConfig:
             settings["subword_model"] = self.subword_model
             settings["vocab_size"] = self.vocab_size
         return settings
+
+    def given_settings(self) -> set[str]:
+        """The settings whose values are not their defaults: those a `TrainConfig` made
+        in code was given, as far as its values tell."""
+        return {
+            field.name
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != field.default
+        }
+
+
+# The fields of the tokenizer settings, by their key in `tokenizer_kwargs` (and in a
+# prepared directory's index).
+TOKENIZER_FIELDS = {key: "tokenizer" if key == "kind" else key for key in prepared.TOKENIZER_KEYS}
+
+
+def with_prepared_tokenizer(config: TrainConfig, given: set[str]) -> TrainConfig:
+    """`config` with the tokenizer settings its prepared data was prepared with.
+
+    A run from prepared data (corpus "prepared") reads token ids: its tokenizer is the
+    one the directory holds, whose settings its index records. They replace the
+    config's, except those in `given` (the settings a user set: flags, a config file's
+    or a dict's keys), which must equal them: one that differs is refused with a
+    one-line ValueError naming the directory, the setting and both values. Other
+    corpora: `config` unchanged.
+    """
+    if config.corpus != "prepared" or not config.data:
+        return config
+    settings = prepared.read_index(config.data)["tokenizer"]
+    taken, differing = {}, []
+    for key, name in TOKENIZER_FIELDS.items():
+        if key not in settings or getattr(config, name) == settings[key]:
+            continue  # a WordPiece index has no subword_model or vocab_size
+        if name in given:
+            differing.append(name)
+        taken[name] = settings[key]
+    if differing:
+
+        def shown(values):
+            return " and ".join(f"{name} {json.dumps(values[name])}" for name in differing)
+
+        ours = {name: getattr(config, name) for name in differing}
+        raise ValueError(
+            f"{config.data} was prepared with {shown(taken)}, but the run sets {shown(ours)}: "
+            "a run from prepared data takes the tokenizer settings it was prepared with, so "
+            f"leave {' and '.join(differing)} unset, or prepare the data again."
+        )
+    return dataclasses.replace(config, **taken)
 
 
 def _check_known(values: dict, source: str = "") -> None:

@@ -28,7 +28,7 @@ from keras_transformer.text import prepared
 from keras_transformer.training import distribute
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.callbacks import make_callbacks
-from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.config import TrainConfig, with_prepared_tokenizer
 from keras_transformer.training.config_checks import TRAINING_DATA_PATHS
 from keras_transformer.training.losses import MaskedLoss
 from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
@@ -268,7 +268,10 @@ def train(
         config: a `TrainConfig`, or a dict of its settings
             (`TrainConfig.from_dict`: without a `corpus`, the data paths given
             choose it). Checked whole (`TrainConfig.validate`) before anything
-            is read or written.
+            is read or written. From prepared data, the tokenizer settings are
+            those it was prepared with (`with_prepared_tokenizer`): a setting the
+            dict names, or that a `TrainConfig` holds other than its default, must
+            equal them.
         run_dir: the run directory, created if missing; a run directory
             holding a run resumes it, with the same data and tokenizers.
         verbose: `model.fit`'s display: "auto", 0, 1 or 2. Defaults to "auto".
@@ -279,17 +282,21 @@ def train(
         the run's `keras.callbacks.History`, every epoch of the run included.
     """
     if isinstance(config, dict):
+        given = set(config)
         config = TrainConfig.from_dict(config)
+    else:
+        given = config.given_settings()
     # First: a multi-worker strategy configures TensorFlow's collective ops, which must
     # happen before any tensor is made (the settings check builds a model).
     strategy = distribute.get_strategy(config.strategy)
+    # Prepared data holds its tokenizer: the run takes its settings (reads index.json alone).
+    config = with_prepared_tokenizer(config, given)
     config.validate()
     run_dir = Path(run_dir)
     keras.utils.set_random_seed(config.seed)
     # Read first: a missing or unreadable corpus leaves no run directory behind.
     if config.corpus == "prepared":
         prepared_data = prepared.PreparedData(config.data)
-        prepared_data.check_tokenizer(config.tokenizer_kwargs())
         train_pairs = val_pairs = None
     elif corpora is None:
         raise ImportError(TEXT_NEEDS_TENSORFLOW, name="tensorflow_text")
