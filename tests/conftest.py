@@ -62,9 +62,9 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-# Test file -> the memory its tests added to their process, in GB. A process keeps
-# what TensorFlow traced (graphs, XLA's compiled code) until it ends, so a file's
-# growth stays with its pytest worker: the summary names the files that grow most.
+# Test id -> the memory the test added to its process, in GB. A process keeps what
+# TensorFlow traced (graphs, XLA's compiled code) until it ends, so a test's growth
+# stays with its pytest worker: the summary names the files and tests that grow most.
 _GROWTH: dict[str, float] = {}
 
 
@@ -72,7 +72,7 @@ _GROWTH: dict[str, float] = {}
 def pytest_runtest_protocol(item, nextitem):
     before = _rss_gb()
     yield
-    _GROWTH[item.path.name] = _GROWTH.get(item.path.name, 0.0) + _rss_gb() - before
+    _GROWTH[item.nodeid] = _rss_gb() - before
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -111,9 +111,14 @@ def pytest_terminal_summary(terminalreporter):
     peaks = _WORKER_PEAKS or {"main": _peak_rss_gb()}
     listed = ", ".join(f"{name} {gb:.1f} GB" for name, gb in sorted(peaks.items()))
     terminalreporter.write_line(f"peak RSS per test process: {listed}")
-    most = sorted(_GROWTH.items(), key=lambda item: -item[1])[:8]
-    listed = ", ".join(f"{name} {gb:+.1f}" for name, gb in most)
-    terminalreporter.write_line(f"memory added by file (GB): {listed}")
+    by_file: dict[str, float] = {}
+    for nodeid, gb in _GROWTH.items():
+        name = nodeid.split("::")[0].rsplit("/", 1)[-1]
+        by_file[name] = by_file.get(name, 0.0) + gb
+    for kind, growth, count in (("file", by_file, 8), ("test", _GROWTH, 5)):
+        most = sorted(growth.items(), key=lambda item: -item[1])[:count]
+        listed = ", ".join(f"{name} {gb:+.2f}" for name, gb in most)
+        terminalreporter.write_line(f"memory added by {kind} (GB): {listed}")
 
 
 def pytest_collection_modifyitems(items):

@@ -190,46 +190,57 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
     assert_holds(frozen.frozen(), model.fused_step_weights())
 
 
-@pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation_model, method):
+def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation_model):
     """Sub-batches one at a time or two in flight, and the searches compiled by XLA on
-    padded shapes, translate as one batch decoded alone does."""
+    padded shapes, translate as one batch decoded alone does, by greedy and by beam
+    search. Each translator serves both searches: XLA's compiled code stays in the
+    process until it ends."""
     tiny = tiny_translation_model
     texts = tiny.sentences + BAD_INPUTS + tiny.sentences[::-1]
+    translators = {}
 
-    def run(**settings):
-        translator = Translator(
-            tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **settings
-        )
-        return translator(texts, method=method, beam_width=3)
-
-    whole = run(sub_batch_size=1000, in_flight=1)
-    for settings in (
-        {"sub_batch_size": 3, "in_flight": 1},
-        {"sub_batch_size": 5, "in_flight": 2},
-        {"sub_batch_size": 6, "in_flight": 2, "jit_compile": True},
-    ):
-        parts = run(**settings)
-        for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
-            np.testing.assert_array_equal(
-                parts[key].numpy(), whole[key].numpy(), err_msg=f"{key} {settings}"
+    def run(method, **settings):
+        key = tuple(sorted(settings.items()))
+        if key not in translators:
+            translators[key] = Translator(
+                tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **settings
             )
-        np.testing.assert_allclose(parts["score"].numpy(), whole["score"].numpy(), atol=1e-5)
-    # A tight cap: XLA's caches then hold only the steps a padded source length allows
-    # (9 for 16 tokens: 0.5 * 14 + 2), and the translations stay the same.
+        return translators[key](texts, method=method, beam_width=3)
+
     cap = {"max_length_a": 0.5, "max_length_b": 2}
-    capped = run(sub_batch_size=1000, in_flight=1, **cap)
-    compiled = run(jit_compile=True, **cap)
-    np.testing.assert_array_equal(compiled["tokens"].numpy(), capped["tokens"].numpy())
-    np.testing.assert_allclose(compiled["score"].numpy(), capped["score"].numpy(), atol=1e-5)
+    for method in ("greedy", "beam"):
+        whole = run(method, sub_batch_size=1000, in_flight=1)
+        for settings in (
+            {"sub_batch_size": 3, "in_flight": 1},
+            {"sub_batch_size": 5, "in_flight": 2},
+        ):
+            parts = run(method, **settings)
+            for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
+                np.testing.assert_array_equal(
+                    parts[key].numpy(), whole[key].numpy(), err_msg=f"{key} {settings} {method}"
+                )
+            np.testing.assert_allclose(
+                parts["score"].numpy(), whole["score"].numpy(), atol=SEARCH_SCORE_ATOL
+            )
+        # Compiled, in sub-batches two in flight, under a tight cap: XLA's caches then
+        # hold only the steps a padded source length allows (9 for 16 tokens:
+        # 0.5 * 14 + 2), and the translations stay the same.
+        capped = run(method, sub_batch_size=1000, in_flight=1, **cap)
+        compiled = run(method, sub_batch_size=6, in_flight=2, jit_compile=True, **cap)
+        for key in ("translation", "lengths", "source_truncated"):
+            np.testing.assert_array_equal(compiled[key].numpy(), capped[key].numpy(), err_msg=key)
+        np.testing.assert_array_equal(compiled["tokens"].numpy(), capped["tokens"].numpy())
+        np.testing.assert_allclose(
+            compiled["score"].numpy(), capped["score"].numpy(), atol=SEARCH_SCORE_ATOL
+        )
+        # No source-relative cap: rows added to reach a compiled shape still end at once.
+        uncapped = run(method, sub_batch_size=1000, in_flight=1, max_length_a=None)
+        compiled = run(method, jit_compile=True, max_length_a=None)
+        np.testing.assert_array_equal(compiled["tokens"].numpy(), uncapped["tokens"].numpy())
     translator = Translator(
         tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **cap
     )
     assert [translator.most_steps(n) for n in (16, 24)] == [9, 13]
-    # No source-relative cap: rows added to reach a compiled shape still end at once.
-    uncapped = run(sub_batch_size=1000, in_flight=1, max_length_a=None)
-    compiled = run(jit_compile=True, max_length_a=None)
-    np.testing.assert_array_equal(compiled["tokens"].numpy(), uncapped["tokens"].numpy())
 
 
 def test_overlong_sources_are_cut_at_the_limit_and_flagged(tiny_translation_model):

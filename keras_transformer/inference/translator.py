@@ -229,6 +229,9 @@ class Translator(tf.Module):
         self.stop_at_end = bool(stop_at_end)
         self.use_cache = bool(use_cache)
         self.jit_compile = bool(jit_compile)
+        # Eager sampling's traced functions, one per setting (`_sample`); kept out of
+        # what tf.Module tracks, so that an export never saves them.
+        object.__setattr__(self, "_sampling_functions", {})
         # The searches of `translate` and `translate_beam` (whose width each call sets).
         searches = dict(
             max_length=self.max_length,
@@ -546,13 +549,30 @@ class Translator(tf.Module):
         return outputs
 
     def _sample(self, text, temperature, top_k, top_p, seed, prefix=None):
-        # Each sub-batch draws from its own stream of the seed (`SamplingSearch`).
-        search = SamplingSearch(
-            max_length=self.max_length, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-        )
-        if prefix is None:
-            return tf.function(lambda text: self._translate(text, search))(text)
-        return tf.function(lambda text, prefix: self._translate(text, search, prefix))(text, prefix)
+        # Traced once per setting and reused: a function traced anew each call would
+        # keep another graph in the process every call.
+        key = (temperature, top_k, top_p, seed, prefix is None)
+        function = self._sampling_functions.get(key)
+        if function is None:
+            # Each sub-batch draws from its own stream of the seed (`SamplingSearch`).
+            search = SamplingSearch(
+                max_length=self.max_length,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+            )
+            if prefix is None:
+                function = tf.function(
+                    lambda text: self._translate(text, search), reduce_retracing=True
+                )
+            else:
+                function = tf.function(
+                    lambda text, prefix: self._translate(text, search, prefix),
+                    reduce_retracing=True,
+                )
+            self._sampling_functions[key] = function
+        return function(text) if prefix is None else function(text, prefix)
 
     def attention(self, context_ids, tokens) -> dict[str, Any]:
         """Cross-attention weights of the last decoder layer for decoded `tokens`.
