@@ -238,6 +238,11 @@ class TrainConfig:
     tie_embeddings: bool = model_option("tie_embeddings")
     share_embeddings: bool = model_option("share_embeddings")
     skip_padding: bool = model_option("skip_padding")
+    decoder_layers: int | None = model_option("decoder_layers")
+    embedding_scale: float | None = model_option("embedding_scale")
+    position_layout: str = model_option("position_layout")
+    logits_bias: bool = model_option("logits_bias")
+    source_start: bool = model_option("source_start")
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
