@@ -131,8 +131,9 @@ class TrainConfig:
     tokenizer: str = setting(
         "sentencepiece",
         "sentencepiece (reversible: translations keep their case, spacing and "
-        "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces)",
-        choices=("sentencepiece", "wordpiece"),
+        "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces); "
+        "marian: an imported checkpoint's (keras-transformer import-marian), never learned",
+        choices=("sentencepiece", "wordpiece", "marian"),
     )
     shared_vocab: bool = setting(
         False, "one joint vocabulary for source and target, learned from both sides"
@@ -296,6 +297,8 @@ class TrainConfig:
             "lower_case": self.lower_case,
             "normalization_form": self.normalization_form,
         }
+        if self.tokenizer == "marian":  # its SentencePiece models normalize alone
+            return {"kind": self.tokenizer, "shared_vocab": False}
         if self.tokenizer == "sentencepiece":
             settings["subword_model"] = self.subword_model
             settings["vocab_size"] = self.vocab_size

@@ -164,6 +164,11 @@ def _check_tokenizer_settings(config) -> None:
             "subword_alpha cannot be used with strategy='multi_worker': each worker "
             "would sample different batches. Use subword_alpha=0 there."
         )
+    if config.tokenizer == "marian":
+        raise ValueError(
+            "tokenizer='marian' is an imported checkpoint's (keras-transformer "
+            "import-marian), never learned by a training run."
+        )
     if config.subword_alpha and config.tokenizer != "sentencepiece":
         raise ValueError(
             "subword_alpha samples segmentations, which only tokenizer='sentencepiece' can "
