@@ -132,7 +132,7 @@ class TrainConfig:
         "sentencepiece",
         "sentencepiece (reversible: translations keep their case, spacing and "
         "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces); "
-        "marian: an imported checkpoint's (keras-transformer import-marian), never learned",
+        "marian: an imported checkpoint's, taken from init_from, never learned",
         choices=("sentencepiece", "wordpiece", "marian"),
     )
     shared_vocab: bool = setting(
@@ -162,6 +162,15 @@ class TrainConfig:
     normalization_form: str | None = setting(
         "NFC",
         "Unicode normalization before tokenizing (NFC, NFKC, NFD or NFKD); none skips it",
+    )
+
+    # -- Where the model starts: new, or from another run (a pretrained import).
+    init_from: str | None = setting(
+        None,
+        "a run directory to start from (an imported checkpoint's, keras-transformer "
+        "import-marian, or a trained run's): its model settings, weights and tokenizer files "
+        "(copied, never learned) replace this run's; dropout rates stay this run's; unset: "
+        "a new model",
     )
 
     # -- Optimisation: the schedule, regularization, when to stop, how the step runs.
