@@ -249,7 +249,7 @@ def compare(args, record: dict, export_path: Path | None) -> None:
             peer_rate = ctranslate2_rate(peer, batches, beam, args.max_length, args.repeats)
             label = "greedy" if beam == 1 else f"beam{beam}"
             if ours is None:
-                print(f"{label:<8} {batch_size:>5} {'not measured':>18} {peer_rate:>19.1f}")
+                print(f"{label:<8} {batch_size:>5} {'not measured':>18} {peer_rate:>19.2f}")
                 continue
             search = "serving_default" if beam == 1 else "beam_search"
             rate = sentences_per_second(
@@ -260,7 +260,7 @@ def compare(args, record: dict, export_path: Path | None) -> None:
                 met = "met" if rate / peer_rate >= TARGET_RATIO else "MISSED"
                 mark = f" (target {TARGET_RATIO}x: {met})"
             print(
-                f"{label:<8} {batch_size:>5} {rate:>18.1f} {peer_rate:>19.1f} "
+                f"{label:<8} {batch_size:>5} {rate:>18.2f} {peer_rate:>19.2f} "
                 f"{rate / peer_rate:>16.2f}x{mark}",
                 flush=True,
             )

@@ -16,8 +16,9 @@ It writes, under OUT:
   Helsinki-NLP/opus-mt-en-de: 6+6 post-LN layers, d_model 512, 8 heads, feed-forward 2048,
   swish, scaled embeddings, static sinusoidal positions, one vocabulary of 58,101 entries
   shared by the encoder, the decoder and the output projection, `</s>` 0 and `<pad>` 58,100.
-  The weights are random (transformers' initialisation, seeded), the final logits bias
-  too, except `</s>`'s, which is -100: no row ever ends early, so every implementation
+  The weights are random (transformers' initialisation, seeded, with a standard deviation
+  of 0.05 rather than 0.02, so that each sentence gets its own output), the final logits
+  bias too, except `</s>`'s, which is -100: no row ever ends early, so every implementation
   decodes exactly as many steps as its length cap allows and all do the same work. The
   SentencePiece models are small (unigram, `--spm-vocab` pieces, learned from
   `--spm-source` / `--spm-target`); vocab.json holds their pieces, then filler pieces up
@@ -26,8 +27,9 @@ It writes, under OUT:
   Marian (`ctranslate2.converters.TransformersConverter`, float32);
 - reference.json: the sentences, their source tokens as MarianTokenizer makes them (pieces,
   `</s>` appended: what CTranslate2 takes), CTranslate2's greedy translations decoded by
-  MarianTokenizer (`decode(..., skip_special_tokens=True)`), the versions, the conversion
-  time, and the check that CTranslate2's greedy tokens equal transformers'
+  MarianTokenizer (`decode(..., skip_special_tokens=True)`, without the token of the
+  cap's last step, where transformers and the library end a row with `</s>`), the
+  versions, the conversion time, and the check that CTranslate2's greedy tokens equal transformers'
   `generate(num_beams=1)` on the first `--check` sentences (it stops if they differ: the
   converter does not fit this transformers version).
 """
@@ -77,6 +79,7 @@ OPUS_MT_BASE = dict(
     architectures=["MarianMTModel"],
 )
 EOS_BIAS = -100.0  # the final logits bias of </s>: no row ends before its length cap
+INIT_STD = 0.05  # the random weights' standard deviation (build_checkpoint)
 
 
 def read_lines(path: Path, count: int) -> list[str]:
@@ -142,8 +145,13 @@ def build_checkpoint(directory: Path, args) -> tuple[int, int]:
         target_lang="de",
     )
 
+    # Drawn with 2.5x transformers' init_std: at 0.02 the source barely reaches the
+    # decoder, and every sentence's greedy output is the same token repeated (at 0.05 each
+    # sentence repeats its own), which would make the check of equal outputs empty. The
+    # config keeps OPUS-MT's 0.02.
     torch.manual_seed(args.seed)
-    model = MarianMTModel(MarianConfig(**OPUS_MT_BASE)).eval()
+    model = MarianMTModel(MarianConfig(**{**OPUS_MT_BASE, "init_std": INIT_STD})).eval()
+    model.config.init_std = OPUS_MT_BASE["init_std"]
     with torch.no_grad():
         bias = torch.randn_like(model.final_logits_bias) * OPUS_MT_BASE["init_std"]
         bias[0, OPUS_MT_BASE["eos_token_id"]] = EOS_BIAS
@@ -198,7 +206,11 @@ def main() -> None:
     )
     peer_tokens = [r.hypotheses[0] for r in results]
     peer_ids = [tokenizer.convert_tokens_to_ids(t) for t in peer_tokens]
-    peer_texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in peer_ids]
+    # Without the token of the cap's last step, which transformers and the library make
+    # </s> (CTranslate2 decodes one more token instead).
+    peer_texts = [
+        tokenizer.decode(ids[: args.max_length - 1], skip_special_tokens=True) for ids in peer_ids
+    ]
 
     # CTranslate2's converter against transformers' own greedy search on a few sentences.
     model = MarianMTModel.from_pretrained(checkpoint).eval()
