@@ -36,6 +36,7 @@ COMMANDS = {
     "export": "export a training run as a SavedModel for TF Serving",
     "evaluate": "BLEU and chrF of an exported SavedModel on a test set",
     "plot": "figures: positional encoding, learning rate, attention heads, training curves",
+    "import-marian": "import a MarianMT (OPUS-MT) checkpoint as a run directory",
 }
 
 # Commands that only decode run on TensorFlow's Eigen CPU kernels. Where TensorFlow

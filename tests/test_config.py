@@ -22,7 +22,12 @@ def test_the_model_option_fields_are_the_models_options():
     for name, field in fields.items():
         default = {**BLOCK_OPTIONS, **MODEL_OPTIONS}[name]
         assert field.metadata["model_option"] == name
-        assert field.default == default and field.type == type(default).__name__, name
+        assert field.default == default, name
+        # An option that may be unset (None by default) is typed "int | None" and the like.
+        if default is None:
+            assert field.type.endswith(" | None"), name
+        else:
+            assert field.type == type(default).__name__, name
     sizes = [f.name for f in dataclasses.fields(TrainConfig) if f.name in MODEL_SIZES]
     assert sizes == list(MODEL_SIZES)
     TrainConfig().model_kwargs(10, 10)  # every name the model takes is a field
@@ -41,13 +46,25 @@ def test_every_field_has_a_type_a_default_and_a_one_line_help():
 def test_a_config_json_of_the_earlier_version_loads_with_equal_values(tmp_path):
     written = json.loads(CONFIG_V1.read_text())
     config = TrainConfig.from_file(CONFIG_V1)
-    assert dataclasses.asdict(config) == written["training"]
+    # Settings added since take their defaults, which keep the earlier behaviour: model
+    # options only (pretrained checkpoints' needs) and where the weights start from.
+    added = {
+        name: value
+        for name, value in dataclasses.asdict(TrainConfig()).items()
+        if name not in written["training"]
+    }
+    assert set(added) <= set(MODEL_OPTIONS) | {"init_from"}
+    assert dataclasses.asdict(config) == {**written["training"], **added}
     assert read_config_file(CONFIG_V1) == written["training"]
     config.validate()
     # The sections derived from the settings are those the run wrote, so that the run
     # resumes (training.run._check_same_run compares them).
     model = written["model"]
-    assert config.model_kwargs(model["input_vocab_size"], model["target_vocab_size"]) == model
+    added_options = {name: value for name, value in added.items() if name in MODEL_OPTIONS}
+    assert config.model_kwargs(model["input_vocab_size"], model["target_vocab_size"]) == {
+        **model,
+        **added_options,
+    }
     assert config.tokenizer_kwargs() == written["tokenizer"]
     assert {name: getattr(config, name) for name in written["data"]} == written["data"]
     (tmp_path / run_dir.CONFIG_FILE).write_text(CONFIG_V1.read_text())

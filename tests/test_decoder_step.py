@@ -22,6 +22,17 @@ VARIANTS = {
         "tie_embeddings": True,
         "activation": "gelu",
     },
+    # What an imported Marian checkpoint uses (keras_transformer.pretrained).
+    "Marian's options": {
+        "share_embeddings": True,
+        "tie_embeddings": True,
+        "logits_bias": True,
+        "activation": "silu",
+        "embedding_scale": 1.0,
+        "position_layout": "halves",
+        "decoder_layers": 3,
+        "source_start": False,
+    },
 }
 SOURCE = np.array([[2, 5, 6, 7, 8, 3], [2, 9, 3, 0, 0, 0], [2, 11, 12, 3, 0, 0]])
 TARGET = np.array([[2, 4, 9, 13, 5, 7], [2, 6, 6, 21, 8, 3], [2, 17, 3, 0, 0, 0]])
@@ -37,16 +48,17 @@ def model_of(variant, **overrides):
     rng = np.random.default_rng(7)
     for weight in model.weights:
         name = weight.path.rsplit("/", 1)[-1]
-        if name in ("gamma", "beta", "bias"):
+        if name in ("gamma", "beta", "bias", "logits_bias"):
             center = 1.0 if name == "gamma" else 0.0
             weight.assign(center + rng.normal(0.0, 0.3, weight.shape))
-    if model.final_layer is not None:
-        # A trained model never predicts [PAD] (the loss masks it out); random weights
-        # may, and a search that feeds [PAD] back is no longer the full model, which
-        # masks it.
-        bias = model.final_layer.bias.numpy()
-        bias[PAD_ID] = -10.0
-        model.final_layer.bias.assign(bias)
+    # A trained model never predicts [PAD] (the loss masks it out); random weights
+    # may, and a search that feeds [PAD] back is no longer the full model, which
+    # masks it.
+    for bias in (model.output_bias, model.final_layer and model.final_layer.bias):
+        if bias is not None:
+            values = bias.numpy()
+            values[PAD_ID] = -10.0
+            bias.assign(values)
     return model
 
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.layers import masks
+from keras_transformer.layers.embedding import PositionalEmbedding, positional_encoding
 from tests.helpers import VOCAB, D, assert_close, run_layer_battery, token_ids
 
 # -- positional encoding -------------------------------------------------------
@@ -125,3 +126,27 @@ def test_sizes_accept_any_integer_type(integer):
 def test_sizes_refuse_floats_booleans_and_non_positive_values(value):
     with pytest.raises(ValueError, match="vocab_size"):
         kt.PositionalEmbedding(vocab_size=value, d_model=D)
+
+
+def test_the_halves_layout_holds_the_paper_values_sines_first():
+    interleaved = positional_encoding(20, 8)
+    halves = positional_encoding(20, 8, layout="halves")
+    np.testing.assert_array_equal(halves[:, :4], interleaved[:, 0::2])
+    np.testing.assert_array_equal(halves[:, 4:], interleaved[:, 1::2])
+    with pytest.raises(ValueError, match="position_layout"):
+        positional_encoding(20, 8, layout="mixed")
+
+
+def test_embedding_scale_and_layout_are_used_and_saved():
+    layer = PositionalEmbedding(50, 8, embedding_scale=1.0, position_layout="halves")
+    ids = np.array([[5, 6, 0]])
+    out = layer(ids).numpy()
+    table = layer.table.numpy()
+    expected = table[ids[0]] + positional_encoding(3, 8, layout="halves")
+    np.testing.assert_allclose(out[0], expected, atol=1e-6)
+    config = layer.get_config()
+    assert (config["embedding_scale"], config["position_layout"]) == (1.0, "halves")
+    assert PositionalEmbedding.from_config(config).scale == 1.0
+    assert PositionalEmbedding(50, 16).scale == 4.0
+    with pytest.raises(ValueError, match="embedding_scale"):
+        PositionalEmbedding(50, 8, embedding_scale=0)

@@ -31,6 +31,17 @@ VARIANTS = [
     dict(),
     dict(normalize_first=True),
     dict(tie_embeddings=True, share_embeddings=True),
+    # An imported Marian checkpoint's options (keras_transformer.pretrained).
+    dict(
+        tie_embeddings=True,
+        share_embeddings=True,
+        logits_bias=True,
+        embedding_scale=1.0,
+        position_layout="halves",
+        decoder_layers=2,
+        source_start=False,
+        activation="silu",
+    ),
 ]
 
 
@@ -202,3 +213,27 @@ def test_encoder_and_decoder_called_without_masks_give_the_models_logits():
     # Keras would weight the loss by a mask on the logits and fail on the scalar
     # masked loss (model.project explains).
     assert masks.keras_mask(logits) is None
+
+
+def test_marian_options_compute_as_documented():
+    """Each option changes what it says: the source's first id unread, the embedding
+    scale, the decoder's depth, the bias on the tied projection."""
+    options = dict(MODEL, tie_embeddings=True, share_embeddings=True, num_layers=1)
+    options["dropout_rate"] = 0.0
+    context, target = token_ids(2, 6, VOCAB, seed=5), token_ids(2, 4, VOCAB, seed=6)
+    no_start = tiny_transformer(**options, source_start=False)
+    changed = context.copy()
+    changed[:, 0] = (changed[:, 0] % (VOCAB - 1)) + 1  # another first id, never padding
+    assert_close(no_start((changed, target)), no_start((context, target)), atol=0)
+    with_start = tiny_transformer(**options)
+    with_start.set_weights(no_start.get_weights())
+    assert_close(with_start((context[:, 1:], target)), no_start((context, target)), atol=1e-6)
+    uneven = tiny_transformer(**MODEL, num_layers=1, decoder_layers=3)
+    assert (len(uneven.encoder.enc_layers), len(uneven.decoder.dec_layers)) == (1, 3)
+    biased = tiny_transformer(**options, logits_bias=True)
+    before = biased((context, target)).numpy()
+    bias = np.arange(VOCAB, dtype="float32")
+    biased.output_bias.assign(bias)
+    assert_close(biased((context, target)), before + bias, atol=1e-5)
+    with pytest.raises(ValueError, match="logits_bias=True"):
+        tiny_transformer(**MODEL, logits_bias=True)

@@ -5,7 +5,7 @@ whether or not a test runs the line: a module that imports a private member of
 another, reads a sublayer attribute of a class defined in another module
 (`block.causal_self_attention.mha.output_dense`: renaming a sublayer would break
 it silently), or imports against the direction text and layers -> models ->
-training and inference -> cli.
+training and inference -> pretrained -> cli.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ MAY_IMPORT = {
     "models": {"layers"},
     "training": {"layers", "models", "text"},
     "inference": {"layers", "models", "text", "training"},
+    # Importers of published checkpoints: they build the model, its tokenizers and a run
+    # directory (training's), and sit below the command line only.
+    "pretrained": {"layers", "models", "text", "training", "inference"},
 }
 # The input pipeline: it batches ids, and must not load the model to do so.
 PIPELINE = ("text/data.py", "text/prepared.py", "text/buckets.py")

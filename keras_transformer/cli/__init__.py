@@ -1,11 +1,12 @@
-"""`keras-transformer train | prepare | demo | translate | score | export | evaluate | plot`.
+"""`keras-transformer train | prepare | demo | translate | score | export | evaluate | plot |
+import-marian`.
 
 A thin command line.
 
 Each subcommand (one module per group: `train`, `prepare`, `demo`, `translate`,
-`score`, `plot`) only parses flags, calls library functions and prints. `train` alone
-runs where TensorFlow is not installed (from prepared data, on JAX or PyTorch);
-there the others say in one line that they need it. A user error (a file that
+`score`, `plot`, `import_marian`) only parses flags, calls library functions and
+prints. `train` alone runs where TensorFlow is not installed (from prepared data,
+on JAX or PyTorch); there the others say in one line that they need it. A user error (a file that
 is missing or unreadable, an invalid setting, a bad number) ends the command
 with one line, `keras-transformer: error: ...`, and exit status 2; any other
 exception is a bug and shows its traceback. The console script enters through
@@ -25,11 +26,20 @@ from keras_transformer.cli.settings import config_from_args, setting_help
 from keras_transformer_launcher import command_list_parser
 
 try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
-    from keras_transformer.cli import demo, evaluate, export, plot, prepare, score, translate
+    from keras_transformer.cli import (
+        demo,
+        evaluate,
+        export,
+        import_marian,
+        plot,
+        prepare,
+        score,
+        translate,
+    )
 except ImportError as missing:
     if missing.name not in ("tensorflow", "tensorflow_text"):
         raise
-    demo = evaluate = export = plot = prepare = score = translate = None
+    demo = evaluate = export = import_marian = plot = prepare = score = translate = None
 
 # The commands that need TensorFlow: all but `train`.
 TENSORFLOW_COMMANDS = tuple(name for name in COMMANDS if name != "train")
@@ -52,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_export_parser(subparsers)
     evaluate.add_evaluate_parser(subparsers)
     plot.add_plot_parser(subparsers)
+    import_marian.add_import_marian_parser(subparsers)
     return parser
 
 

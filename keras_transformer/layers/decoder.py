@@ -209,6 +209,10 @@ class Decoder(BlockStack):
         vocab_size: int. Target vocabulary size.
         dropout_rate: float. Defaults to 0.1.
         max_length: int. Longest target sequence. Defaults to 2048.
+        embedding_scale: float or None. Factor of the token embeddings; None
+            is sqrt(d_model). Defaults to None.
+        position_layout: str. "interleaved" or "halves" (`PositionalEmbedding`).
+            Defaults to "interleaved".
         **kwargs: the other block options (`attention_dropout`, `activation`,
             `layer_norm_epsilon`, `normalize_first`, `hashed_dropout`,
             `chunk_queries`), as for DecoderLayer; and base layer arguments.

@@ -24,7 +24,11 @@ class EmbeddingStepWeights(NamedTuple):
     positions: tf.Tensor  # (max_length, d_model), the sinusoidal encoding
 
 
-def positional_encoding(length, depth):
+# How the sines and cosines of the positional encoding are laid out along the features.
+POSITION_LAYOUTS = ("interleaved", "halves")
+
+
+def positional_encoding(length, depth, layout="interleaved"):
     """The sinusoidal positional encoding of Vaswani et al. (2017), section 3.5.
 
     PE(pos, 2i) = sin(pos / 10000^(2i/depth)) and
@@ -32,9 +36,16 @@ def positional_encoding(length, depth):
     exactly as the paper writes it. Every row has norm sqrt(depth / 2), and
     PE(pos + k) is a fixed block-rotation of PE(pos) for every k.
 
+    `layout="halves"` puts the same values in another order: the sines in the
+    first half of the features, the cosines in the second (Marian's and
+    fairseq's layout; transformers' `MarianSinusoidalPositionalEmbedding`), so
+    that checkpoints trained with it can be imported.
+
     Args:
         length: int. Number of positions.
         depth: int. Encoding size; must be even.
+        layout: str. "interleaved" (the paper's) or "halves". Defaults to
+            "interleaved".
 
     Returns:
         float32 numpy array of shape `(length, depth)`.
@@ -49,15 +60,29 @@ def positional_encoding(length, depth):
     positions = np.arange(length, dtype=np.float64)[:, None]  # (length, 1)
     pair_index = np.arange(depth // 2, dtype=np.float64)[None, :]  # (1, depth/2)
     angles = positions / np.power(10000.0, 2.0 * pair_index / depth)
+    check_position_layout(layout)
     encoding = np.empty((length, depth), dtype=np.float64)
-    encoding[:, 0::2] = np.sin(angles)
-    encoding[:, 1::2] = np.cos(angles)
+    if layout == "halves":
+        encoding[:, : depth // 2] = np.sin(angles)
+        encoding[:, depth // 2 :] = np.cos(angles)
+    else:
+        encoding[:, 0::2] = np.sin(angles)
+        encoding[:, 1::2] = np.cos(angles)
     return encoding.astype(np.float32)
+
+
+def check_position_layout(layout) -> None:
+    if layout not in POSITION_LAYOUTS:
+        raise ValueError(
+            f"`position_layout` must be one of {POSITION_LAYOUTS}. Received: "
+            f"position_layout={layout!r}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionalEmbedding(keras.layers.Layer):
-    """Token embedding scaled by sqrt(d_model) plus the sinusoidal encoding.
+    """Token embedding scaled by sqrt(d_model) (or `embedding_scale`) plus the
+    sinusoidal encoding.
 
     Its output carries a Keras mask, True where the id is not padding (0),
     which the attention layers and blocks use when called without an
@@ -68,6 +93,12 @@ class PositionalEmbedding(keras.layers.Layer):
         vocab_size: int. Number of token ids.
         d_model: int. Embedding size; even.
         max_length: int. Longest sequence the layer accepts. Defaults to 2048.
+        embedding_scale: float or None. The factor of the token embeddings;
+            None is the paper's sqrt(d_model). Marian checkpoints without
+            `scale_embedding` use 1.0. Defaults to None.
+        position_layout: str. "interleaved" (the paper's sine, cosine pairs)
+            or "halves" (the sines, then the cosines: Marian's); see
+            `positional_encoding`. Defaults to "interleaved".
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -85,7 +116,15 @@ class PositionalEmbedding(keras.layers.Layer):
     TensorShape([1, 3, 8])
     """
 
-    def __init__(self, vocab_size, d_model, max_length=2048, **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        max_length=2048,
+        embedding_scale=None,
+        position_layout="interleaved",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         vocab_size = validation.positive_int("vocab_size", vocab_size)
         d_model = validation.positive_int("d_model", d_model)
@@ -97,10 +136,25 @@ class PositionalEmbedding(keras.layers.Layer):
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.max_length = max_length
+        if embedding_scale is not None:
+            embedding_scale = float(embedding_scale)
+            if not (math.isfinite(embedding_scale) and embedding_scale > 0):
+                raise ValueError(
+                    "`embedding_scale` must be a positive number or None (sqrt(d_model)). "
+                    f"Received: embedding_scale={embedding_scale}"
+                )
+        self.embedding_scale = embedding_scale
+        check_position_layout(position_layout)
+        self.position_layout = position_layout
         self.embedding = keras.layers.Embedding(
             vocab_size, d_model, dtype=self.dtype_policy, name="token_embedding"
         )
-        self._encoding = positional_encoding(max_length, d_model)
+        self._encoding = positional_encoding(max_length, d_model, position_layout)
+
+    @property
+    def scale(self) -> float:
+        """The factor of the token embeddings: `embedding_scale`, or sqrt(d_model)."""
+        return math.sqrt(self.d_model) if self.embedding_scale is None else self.embedding_scale
 
     def build(self, input_shape):
         self.embedding.build(input_shape)
@@ -124,7 +178,7 @@ class PositionalEmbedding(keras.layers.Layer):
                 (length, self.d_model),
             )
         x = self.embedding(token_ids)
-        x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        x = x * ops.cast(self.scale, self.compute_dtype)
         return x + ops.expand_dims(encoding, 0)
 
     @property
@@ -144,7 +198,7 @@ class PositionalEmbedding(keras.layers.Layer):
     def step(self, token_ids, index, weights: EmbeddingStepWeights):
         """Int `(rows,)` ids at position `index` -> `(rows, d_model)`."""
         table = weights.table
-        x = tf.gather(table, token_ids) * tf.cast(math.sqrt(self.d_model), table.dtype)
+        x = tf.gather(table, token_ids) * tf.cast(self.scale, table.dtype)
         return x + tf.gather(weights.positions, index)
 
     def compute_mask(self, token_ids, previous_mask=None):
@@ -159,5 +213,7 @@ class PositionalEmbedding(keras.layers.Layer):
             vocab_size=self.vocab_size,
             d_model=self.d_model,
             max_length=self.max_length,
+            embedding_scale=self.embedding_scale,
+            position_layout=self.position_layout,
         )
         return config

@@ -15,6 +15,7 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
     Subclasses name the block class and the attribute that holds the blocks
     (the tutorial's `enc_layers` / `dec_layers`). With `normalize_first=True`
     (pre-LN) a final layer norm follows the last block, as pre-LN stacks need.
+    `embedding_scale` and `position_layout` go to the `PositionalEmbedding`.
     """
 
     block_class = None
@@ -30,6 +31,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
         vocab_size,
         dropout_rate=0.1,
         max_length=2048,
+        embedding_scale=None,
+        position_layout="interleaved",
         **kwargs,
     ):
         options = pop_block_options(kwargs, dropout_rate=dropout_rate)
@@ -44,6 +47,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
             self.vocab_size,
             self.d_model,
             self.max_length,
+            embedding_scale=embedding_scale,
+            position_layout=position_layout,
             dtype=self.dtype_policy,
             name="embedding",
         )
@@ -133,6 +138,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
             dff=self.dff,
             vocab_size=self.vocab_size,
             max_length=self.max_length,
+            embedding_scale=self.embedding.embedding_scale,
+            position_layout=self.embedding.position_layout,
             **self.block_options,
         )
         return config

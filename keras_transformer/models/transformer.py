@@ -33,6 +33,11 @@ MODEL_OPTIONS = {
     "tie_embeddings": False,
     "share_embeddings": False,
     "skip_padding": True,
+    "decoder_layers": None,
+    "embedding_scale": None,
+    "position_layout": "interleaved",
+    "logits_bias": False,
+    "source_start": True,
 }
 
 # Name -> what the option does, in one line: the help of its flag and config key.
@@ -41,6 +46,15 @@ MODEL_OPTION_HELP = {
     "tie_embeddings": "the target embedding matrix (transposed) is the output projection",
     "share_embeddings": "one embedding for source and target (vocabularies of equal size)",
     "skip_padding": "without XLA, training steps run the per-token layers on real tokens only",
+    "decoder_layers": "blocks in the decoder, where they differ from the encoder's; unset: "
+    "num_layers",
+    "embedding_scale": "factor of the token embeddings; unset: sqrt(d_model), the paper's",
+    "position_layout": "sinusoidal positions: interleaved (the paper's sine, cosine pairs) or "
+    "halves (the sines, then the cosines: Marian's)",
+    "logits_bias": "a learned bias per target id after the tied output projection (Marian's "
+    "final logits bias)",
+    "source_start": "the encoder reads the source's [START]; false: it starts at the first "
+    "word (Marian's sources have no start token)",
 }
 
 # Options that change how a training step computes, not the model it trains: they
@@ -60,7 +74,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
     after t.
 
     Args:
-        num_layers: int. Blocks in the encoder and in the decoder.
+        num_layers: int. Blocks in the encoder, and in the decoder unless
+            `decoder_layers` says otherwise.
         d_model: int. Feature size; even and divisible by `num_heads`.
         num_heads: int. Attention heads (each of size `d_model // num_heads`).
         dff: int. Feed-forward inner size.
@@ -78,6 +93,24 @@ class Transformer(BlockOptionsMixin, keras.Model):
             (see `layers/packing.py`); attention still sees the padded layout.
             The same loss and gradients as the padded batch, without the work
             on padded positions (see `train_step`). Defaults to True.
+        decoder_layers: int or None. Blocks in the decoder, where they differ
+            from the encoder's (Marian checkpoints of uneven depths). Defaults
+            to None: `num_layers`.
+        embedding_scale: float or None. Factor of the token embeddings, source
+            and target. Defaults to None: sqrt(d_model), the paper's (Marian's
+            `scale_embedding=False` is 1.0).
+        position_layout: str. "interleaved" (the paper's sine, cosine pairs)
+            or "halves" (the sines in the first half of the features, the
+            cosines in the second: Marian's). Defaults to "interleaved".
+        logits_bias: bool. Add a learned bias per target id to the tied
+            output projection's logits (Marian's `final_logits_bias`); needs
+            `tie_embeddings=True` (an untied projection has its own bias).
+            Defaults to False.
+        source_start: bool. The encoder reads the source as the tokenizers
+            give it, [START] first. False drops the first id of every source
+            before the encoder (its padding mask too): Marian's models read
+            the words and `</s>`, without a start token, while every input
+            pipeline of the library writes sources alike. Defaults to True.
         **kwargs: the block options, forwarded to every block
             (`layers.options.BLOCK_OPTIONS`, with their defaults):
             `attention_dropout` (dropout on attention weights, 0.0),
@@ -111,6 +144,11 @@ class Transformer(BlockOptionsMixin, keras.Model):
         tie_embeddings=MODEL_OPTIONS["tie_embeddings"],
         share_embeddings=MODEL_OPTIONS["share_embeddings"],
         skip_padding=MODEL_OPTIONS["skip_padding"],
+        decoder_layers=MODEL_OPTIONS["decoder_layers"],
+        embedding_scale=MODEL_OPTIONS["embedding_scale"],
+        position_layout=MODEL_OPTIONS["position_layout"],
+        logits_bias=MODEL_OPTIONS["logits_bias"],
+        source_start=MODEL_OPTIONS["source_start"],
         **kwargs,
     ):
         block_options = pop_block_options(kwargs, dropout_rate=dropout_rate)
@@ -123,6 +161,14 @@ class Transformer(BlockOptionsMixin, keras.Model):
         input_vocab_size = validation.positive_int("input_vocab_size", input_vocab_size)
         target_vocab_size = validation.positive_int("target_vocab_size", target_vocab_size)
         max_length = validation.positive_int("max_length", max_length)
+        if decoder_layers is not None:
+            decoder_layers = validation.positive_int("decoder_layers", decoder_layers)
+        if logits_bias and not tie_embeddings:
+            raise ValueError(
+                "logits_bias=True adds a bias to the tied output projection; an untied one "
+                "(tie_embeddings=False) has a bias of its own. Received: logits_bias=True, "
+                "tie_embeddings=False"
+            )
         if share_embeddings and input_vocab_size != target_vocab_size:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary for source and target. "
@@ -143,17 +189,26 @@ class Transformer(BlockOptionsMixin, keras.Model):
         self._set_block_options(block_options)
         # Set only while `train_step` traces the packed path (see there).
         self._real_positions = None
+        self.output_bias = None  # the logits bias, made in `build` (`logits_bias`)
         stack = dict(
-            num_layers=num_layers,
             d_model=d_model,
             num_heads=num_heads,
             dff=dff,
             max_length=max_length,
+            embedding_scale=embedding_scale,
+            position_layout=position_layout,
             dtype=self.dtype_policy,
             **block_options,
         )
-        self.encoder = Encoder(vocab_size=input_vocab_size, name="encoder", **stack)
-        self.decoder = Decoder(vocab_size=target_vocab_size, name="decoder", **stack)
+        self.encoder = Encoder(
+            num_layers=num_layers, vocab_size=input_vocab_size, name="encoder", **stack
+        )
+        self.decoder = Decoder(
+            num_layers=decoder_layers or num_layers,
+            vocab_size=target_vocab_size,
+            name="decoder",
+            **stack,
+        )
         if share_embeddings:
             # One layer object, tracked once: its weights are shared.
             self.decoder.share_embedding(self.encoder)
@@ -170,10 +225,23 @@ class Transformer(BlockOptionsMixin, keras.Model):
         self.decoder.build(target_shape)
         if self.final_layer is not None:
             self.final_layer.build(tuple(target_shape) + (self.d_model,))
+        self.output_bias = (
+            self.add_weight(
+                shape=(self.target_vocab_size,), initializer="zeros", name="logits_bias"
+            )
+            if self.logits_bias
+            else None
+        )
         super().build(input_shape)
+
+    def encoder_ids(self, context_ids):
+        """The ids the encoder reads: `context_ids`, without their first column (the
+        [START]) when `source_start=False`."""
+        return context_ids if self.source_start else context_ids[:, 1:]
 
     def encode(self, context_ids, training=None):
         """Encoder output and source padding mask for `context_ids`."""
+        context_ids = self.encoder_ids(context_ids)
         return self.encoder(context_ids, training=training), masks.padding_mask(context_ids)
 
     def project(self, features):
@@ -181,6 +249,8 @@ class Transformer(BlockOptionsMixin, keras.Model):
         if self.final_layer is None:
             table = self.decoder.token_embeddings
             logits = ops.matmul(features, ops.transpose(ops.cast(table, features.dtype)))
+            if self.output_bias is not None:
+                logits = logits + ops.cast(self.output_bias, features.dtype)
         else:
             logits = self.final_layer(features)
         # Logits in float32 so that softmax and loss are stable under mixed precision.
@@ -248,6 +318,10 @@ class Transformer(BlockOptionsMixin, keras.Model):
             fused = self.fused_step_weights()
         if self.final_layer is None:
             projection = tf.convert_to_tensor(fused.projection)
+            if self.output_bias is not None:  # the tied table and the bias
+                projection = Projection(
+                    projection, tf.cast(tf.convert_to_tensor(self.output_bias), projection.dtype)
+                )
         else:
             dtype = self.compute_dtype
             projection = Projection(
@@ -354,6 +428,7 @@ class Transformer(BlockOptionsMixin, keras.Model):
 
     def _call_packed(self, context_ids, target_ids):
         """Training logits `(real_labels, vocab)`, every block on packed real tokens."""
+        context_ids = self.encoder_ids(context_ids)
         context_mask = masks.padding_mask(context_ids)
         context = self.encoder(context_ids, training=True, packed=True)
         decoded = self.decoder(
@@ -435,7 +510,8 @@ class StepWeights(NamedTuple):
     """Every weight a decoding step reads (`Transformer.step_weights`)."""
 
     decoder: DecoderStepWeights
-    projection: Projection | tf.Tensor  # its own projection, or the table transposed
+    # Its own projection; or the table transposed, with the logits bias if any.
+    projection: Projection | tf.Tensor
 
 
 class CachedDecodingState(NamedTuple):

@@ -134,8 +134,9 @@ class TrainConfig:
     tokenizer: str = setting(
         "sentencepiece",
         "sentencepiece (reversible: translations keep their case, spacing and "
-        "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces)",
-        choices=("sentencepiece", "wordpiece"),
+        "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces); "
+        "marian: an imported checkpoint's, taken from init_from, never learned",
+        choices=("sentencepiece", "wordpiece", "marian"),
     )
     shared_vocab: bool = setting(
         False, "one joint vocabulary for source and target, learned from both sides"
@@ -164,6 +165,15 @@ class TrainConfig:
     normalization_form: str | None = setting(
         "NFC",
         "Unicode normalization before tokenizing (NFC, NFKC, NFD or NFKD); none skips it",
+    )
+
+    # -- Where the model starts: new, or from another run (a pretrained import).
+    init_from: str | None = setting(
+        None,
+        "a run directory to start from (an imported checkpoint's, keras-transformer "
+        "import-marian, or a trained run's): its model settings, weights and tokenizer files "
+        "(copied, never learned) replace this run's; dropout rates stay this run's; unset: "
+        "a new model",
     )
 
     # -- Optimisation: the schedule, regularization, when to stop, how the step runs.
@@ -241,6 +251,11 @@ class TrainConfig:
     tie_embeddings: bool = model_option("tie_embeddings")
     share_embeddings: bool = model_option("share_embeddings")
     skip_padding: bool = model_option("skip_padding")
+    decoder_layers: int | None = model_option("decoder_layers")
+    embedding_scale: float | None = model_option("embedding_scale")
+    position_layout: str = model_option("position_layout")
+    logits_bias: bool = model_option("logits_bias")
+    source_start: bool = model_option("source_start")
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -294,6 +309,8 @@ class TrainConfig:
             "lower_case": self.lower_case,
             "normalization_form": self.normalization_form,
         }
+        if self.tokenizer == "marian":  # its SentencePiece models normalize alone
+            return {"kind": self.tokenizer, "shared_vocab": False}
         if self.tokenizer == "sentencepiece":
             settings["subword_model"] = self.subword_model
             settings["vocab_size"] = self.vocab_size

@@ -68,7 +68,9 @@ def validate(config) -> None:
     _check_ranges(config)
     _check_data_sources(config)
     _check_tokenizer_settings(config)
-    if config.share_embeddings and not config.shared_vocab:
+    # An imported Marian checkpoint's joint vocabulary has a SentencePiece model a side (two
+    # tokenizer files, one id space): the model checks that the sizes agree.
+    if config.share_embeddings and not config.shared_vocab and config.tokenizer != "marian":
         raise ValueError(
             "share_embeddings=True needs one vocabulary for source and target: set "
             "shared_vocab=True too (--shared-vocab true)."
@@ -163,6 +165,11 @@ def _check_tokenizer_settings(config) -> None:
         raise ValueError(
             "subword_alpha cannot be used with strategy='multi_worker': each worker "
             "would sample different batches. Use subword_alpha=0 there."
+        )
+    if config.tokenizer == "marian" and not config.init_from:
+        raise ValueError(
+            "tokenizer='marian' is an imported checkpoint's, never learned: give init_from "
+            "(--init-from RUN, a run directory that keras-transformer import-marian wrote)."
         )
     if config.subword_alpha and config.tokenizer != "sentencepiece":
         raise ValueError(

@@ -106,6 +106,20 @@ PRESETS = {
         "epochs": 20,
         "keep_epoch_checkpoints": 5,
     },
+    # Fine-tuning a trained model (`--init-from RUN`, an imported OPUS-MT checkpoint's or
+    # a trained run's, whose model and tokenizers it takes): a small peak rate after a
+    # short warmup, so that the first steps do not undo what the model knows (Adam at the
+    # paper's from-scratch peak, about 1e-3, does), inverse-square-root decay after it,
+    # label smoothing 0.1 as OPUS-MT's models trained, and early stopping on validation
+    # loss, which a small in-domain corpus overfits within a few epochs.
+    "finetune": {
+        "learning_rate": 5e-5,
+        "warmup_steps": 200,
+        "label_smoothing": 0.1,
+        "early_stopping_patience": 2,
+        "epochs": 10,
+        "batch_size": 32,
+    },
 }
 
 

@@ -25,7 +25,7 @@ import keras
 from keras_transformer import atomic
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.text import prepared
-from keras_transformer.training import distribute
+from keras_transformer.training import distribute, start_from
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.callbacks import make_callbacks
 from keras_transformer.training.config import TrainConfig, with_prepared_tokenizer
@@ -273,7 +273,10 @@ def train(
             dict names, or that a `TrainConfig` holds other than its default, must
             equal them.
         run_dir: the run directory, created if missing; a run directory
-            holding a run resumes it, with the same data and tokenizers.
+            holding a run resumes it, with the same data and tokenizers. With
+            `init_from` (fine-tuning an imported checkpoint, or any run), the
+            model starts from that run's best checkpoint, with its settings and
+            a copy of its tokenizer files.
         verbose: `model.fit`'s display: "auto", 0, 1 or 2. Defaults to "auto".
         callbacks: more Keras callbacks, which run after the run's own
             (checkpoints, backup, history, ...). Defaults to None.
@@ -286,6 +289,8 @@ def train(
         config = TrainConfig.from_dict(config)
     else:
         given = config.given_settings()
+    if config.init_from:
+        config = start_from.settings_of_initial_run(config)
     # First: a multi-worker strategy configures TensorFlow's collective ops, which must
     # happen before any tensor is made (the settings check builds a model).
     strategy = distribute.get_strategy(config.strategy)
@@ -326,6 +331,8 @@ def train(
         # whatever corpus and settings it had: learned again, not trusted.
         for filename in set(run_dir_lib.tokenizer_files(settings)):
             (run_dir / filename).unlink(missing_ok=True)
+        if config.init_from and prepared_data is None:
+            start_from.copy_tokenizers(Path(config.init_from), run_dir, settings)
     if prepared_data is not None:
         _copy_prepared_tokenizers(prepared_data, run_dir, settings)
         vocab_sizes = prepared_data.vocab_sizes
@@ -389,6 +396,8 @@ def train(
         # The backup (RunBackup) needs a built model to restore into.
         ones = keras.ops.ones((1, 4), "int32")
         model((ones, ones), training=False)
+        if config.init_from:  # a resumed run's backup then restores its own weights
+            start_from.load_weights(model, Path(config.init_from))
 
     # What a best checkpoint of an earlier version, which does not record its
     # validation loss, counts as (see callbacks.Checkpoint).

@@ -3,7 +3,8 @@
 Layout (written by training, read by export, translate and evaluate):
 
     RUN_DIR/config.json           {"model": Transformer config, "tokenizer": {...}, "data": {...},
-                                   "training": {...}, "files": {tokenizer file: its SHA-256}}
+                                   "training": {...}, "files": {tokenizer file: its SHA-256},
+                                   "pretrained": {...} (an imported checkpoint's run only)}
     RUN_DIR/spm_source.model      source SentencePiece model (tokenizer "sentencepiece")
     RUN_DIR/spm_target.model      target SentencePiece model
     RUN_DIR/spm_joint.model       or one model for both sides (shared_vocab)
@@ -11,6 +12,9 @@ Layout (written by training, read by export, translate and evaluate):
                                   "wordpiece", and every run made before SentencePiece)
     RUN_DIR/vocab_target.txt      target WordPiece vocabulary
     RUN_DIR/vocab_joint.txt       or one vocabulary for both sides (shared_vocab)
+    RUN_DIR/marian_source.json    an imported Marian checkpoint's source tokenizer (tokenizer
+                                  "marian": its SentencePiece model and pieces; import-marian)
+    RUN_DIR/marian_target.json    its target tokenizer
     RUN_DIR/checkpoints/best.keras   best model by validation loss
     RUN_DIR/checkpoints/last.keras   model at the end of the last epoch
     RUN_DIR/checkpoints/epoch_NNNN.keras   the last epochs, kept for averaging (optional)
@@ -43,10 +47,16 @@ JOINT_VOCAB_FILE = "vocab_joint.txt"
 SOURCE_SPM_FILE = "spm_source.model"
 TARGET_SPM_FILE = "spm_target.model"
 JOINT_SPM_FILE = "spm_joint.model"
+SOURCE_MARIAN_FILE = "marian_source.json"
+TARGET_MARIAN_FILE = "marian_target.json"
+JOINT_MARIAN_FILE = "marian_joint.json"
 # Tokenizer kind -> (source file, target file, joint file).
 TOKENIZER_FILES = {
     "sentencepiece": (SOURCE_SPM_FILE, TARGET_SPM_FILE, JOINT_SPM_FILE),
     "wordpiece": (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE, JOINT_VOCAB_FILE),
+    # Marian's sides have SentencePiece models of their own even where one vocabulary
+    # serves both: an imported run never has a joint file.
+    "marian": (SOURCE_MARIAN_FILE, TARGET_MARIAN_FILE, JOINT_MARIAN_FILE),
 }
 # A "tokenizer" section without a kind was written before SentencePiece came: WordPiece.
 LEGACY_TOKENIZER_KIND = "wordpiece"
@@ -68,6 +78,8 @@ CONFIG_KEYS = {
     "data": _SETTINGS,
     "training": _SETTINGS,
     "files": None,
+    # An imported checkpoint's origin (keras_transformer.pretrained): kind, checkpoint.
+    "pretrained": None,
 }
 
 

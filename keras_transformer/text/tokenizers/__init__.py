@@ -7,6 +7,8 @@ Two kinds, with one interface (`tokenize`, `detokenize`, `lookup`,
   subwords, cased, `detokenize(tokenize(x)) == normalize(x)`.
 - `Tokenizer` (alias `WordPieceTokenizer`): the TensorFlow tutorial's
   WordPiece, which sets punctuation off by spaces and usually lowercases.
+- `MarianTokenizer`: an imported Marian (OPUS-MT) checkpoint's, never learned
+  here (`keras_transformer.pretrained`).
 
 Both reserve the same ids: [PAD]=0, [UNK]=1, [START]=2, [END]=3.
 """
@@ -34,6 +36,11 @@ except ImportError:  # prepared data trains without it; the tokenizers need it
     tensorflow_text = None
 
 if tensorflow_text is not None:
+    from keras_transformer.text.tokenizers.marian import (
+        MarianTokenizer,
+        read_marian_tokenizer,
+        write_marian_tokenizer,
+    )
     from keras_transformer.text.tokenizers.normalization import normalize_text
     from keras_transformer.text.tokenizers.sentencepiece import (
         SentencePieceTokenizer,
@@ -53,12 +60,14 @@ if tensorflow_text is not None:
     TOKENIZER_KINDS = {
         SentencePieceTokenizer.kind: SentencePieceTokenizer,
         WordPieceTokenizer.kind: WordPieceTokenizer,
+        MarianTokenizer.kind: MarianTokenizer,
     }
 
 
 __all__ = [
     "END",
     "END_ID",
+    "MarianTokenizer",
     "NORMALIZATION_FORMS",
     "PAD",
     "PAD_ID",
@@ -76,8 +85,10 @@ __all__ = [
     "learn_sentencepiece_model",
     "learn_vocabulary",
     "normalize_text",
+    "read_marian_tokenizer",
     "read_sentencepiece_model",
     "read_vocabulary",
+    "write_marian_tokenizer",
     "write_sentencepiece_model",
     "write_vocabulary",
 ]

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 # The SentencePiece ops themselves: tensorflow-text's `SentencepieceTokenizer` class
 # keeps its model in a resource that a `tf.random.set_seed` deletes (see
-# `_SentencepieceModel`), so the tokenizer below calls the ops with a resource of
+# `SentencepieceModel`), so the tokenizer below calls the ops with a resource of
 # its own. Importing this module also registers the ops a loaded SavedModel runs.
 from tensorflow_text.python.ops.sentencepiece_tokenizer import (
     gen_sentencepiece_tokenizer as sentencepiece_ops,
@@ -234,7 +234,7 @@ class SentencePieceTokenizer(tf.Module):
         self.normalization_form = check_normalization_form(normalization_form)
         self._model_proto = bytes(model)
         try:
-            self._model = _SentencepieceModel(self._model_proto)
+            self._model = SentencepieceModel(self._model_proto)
             handle = self._model.resource_handle
             vocab_size = int(sentencepiece_ops.sentencepiece_vocab_size_op(handle))
             first = sentencepiece_ops.sentencepiece_id_to_string_op(
@@ -406,7 +406,7 @@ def _quiet_model(model_proto: bytes) -> bytes:
     return proto.SerializeToString()
 
 
-class _SentencepieceModel(tf.saved_model.experimental.TrackableResource):
+class SentencepieceModel(tf.saved_model.experimental.TrackableResource):
     """A SentencePiece model proto as a TensorFlow resource, kept in a SavedModel.
 
     tensorflow-text's `SentencepieceTokenizer` creates its resource without a
