@@ -1,6 +1,7 @@
 """The encoder-decoder Transformer as a Keras model.
 
-Why one module of ~470 lines: it is the one model class. Its forward pass, its
+Why one module of ~550 lines: it is the one model class, imported checkpoints'
+options included (`embedding_scale`, `position_layout`, `logits_bias`, ...). Its forward pass, its
 packed training step (`train_step`, `_call_packed`) and the decoding step
 interface the searches call (`decoding_start`, `decoding_step`,
 `keep_decoding_rows`, `reorder_decoding_state`, with the typed weights and
