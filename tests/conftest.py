@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 import resource
 import types
 
@@ -104,6 +105,30 @@ def _return_freed_memory():
     gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_load_per_export():
+    """`tf.saved_model.load` keeps what it loaded in the process until the process ends
+    (4 loads of the tiny export, each deleted: +1.3 GB), and the CLI's tests load one
+    export for every command they run. So within a test process each export is loaded
+    once and shared: the key is the SavedModel's file and its modification time, so an
+    export that a test rewrites or damages is loaded anew, and failures are not kept."""
+    load = tf.saved_model.load
+    loaded = {}
+
+    def load_once(export_dir, *args, **kwargs):
+        graph = os.path.join(os.fspath(export_dir), "saved_model.pb")
+        if args or kwargs or not os.path.isfile(graph):
+            return load(export_dir, *args, **kwargs)
+        key = (os.path.realpath(graph), os.stat(graph).st_mtime_ns)
+        if key not in loaded:
+            loaded[key] = load(export_dir)
+        return loaded[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.saved_model, "load", load_once)
+        yield
 
 
 def pytest_sessionfinish(session):
