@@ -52,26 +52,6 @@ except (OSError, AttributeError, TypeError):
     _LIBC = None
 
 
-# The files that export, reload and trace the most SavedModels and searches. A process
-# keeps what TensorFlow traced until it ends: in one pytest run with the rest, a worker
-# grew past 14 GB and was killed for memory on this 24 GB machine, so the README's test
-# command still runs them in a second pytest run of their own (`-m exports`).
-EXPORT_FILES = (
-    "test_translator.py",
-    "test_export.py",
-    "test_serving.py",
-    "test_scoring.py",
-    "test_cli.py",
-    "test_pretrained.py",
-    "test_pretrained_run.py",
-)
-
-
-def pytest_itemcollected(item):
-    if item.path.name in EXPORT_FILES:
-        item.add_marker(pytest.mark.exports)
-
-
 def _rss_gb() -> float:
     """This process's resident memory now, in GB."""
     with open("/proc/self/statm") as statm:
