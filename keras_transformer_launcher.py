@@ -4,15 +4,13 @@ It sits outside the keras_transformer package on purpose: importing the
 package imports TensorFlow, which writes its C++ start-up lines (oneDNN and
 CPU feature notices, GPU probes) to stderr before any code of the package
 could quiet them (`--verbose` shows them), and reads its choice of CPU
-kernels once, as it loads. For the same reason the list of commands lives
-here: `keras-transformer --help` prints it without importing the package
-(seconds of TensorFlow), and the package's parser takes each command's help
-from it.
+kernels once, as it loads. `keras-transformer --help` is answered here from
+the command table (keras_transformer_commands.py), without importing the
+package (seconds of TensorFlow); the package is imported only to run a command.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import logging
@@ -20,24 +18,7 @@ import os
 import sys
 import tempfile
 
-PROG = "keras-transformer"
-DESCRIPTION = "Train, export, translate with and evaluate Transformer translators."
-VERBOSE_FLAG = "--verbose"
-VERBOSE_HELP = (
-    "show TensorFlow's start-up log, and the traceback of an error (default: both hidden)"
-)
-# Each command and what it does: the help of its parser (keras_transformer/cli/).
-COMMANDS = {
-    "train": "train a translator (built-in corpus, parallel text files, TSV or tfds)",
-    "prepare": "tokenize a corpus once, so that every run from it starts in seconds",
-    "demo": "train on the built-in corpus (minutes on a CPU) and show translations",
-    "translate": "translate sentences with an exported SavedModel",
-    "score": "score given translations with an exported SavedModel",
-    "export": "export a training run as a SavedModel for TF Serving",
-    "evaluate": "BLEU and chrF of an exported SavedModel on a test set",
-    "plot": "figures: positional encoding, learning rate, attention heads, training curves",
-    "import-marian": "import a MarianMT (OPUS-MT) checkpoint as a run directory",
-}
+from keras_transformer_commands import COMMANDS, command, command_list_parser, verbose_requested
 
 # Commands that only decode run on TensorFlow's Eigen CPU kernels. Where TensorFlow
 # turns its oneDNN kernels on by default (Linux, CPUs with AVX512-VNNI, AVX512-BF16 or
@@ -47,12 +28,6 @@ COMMANDS = {
 # attention` decodes one sentence, too little to matter. A value the user set is kept.
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
 KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
-
-
-def _verbose_requested(argv: list[str]) -> bool:
-    """Whether --verbose is among the flags (read before the library is imported)."""
-    flags = argv[: argv.index("--")] if "--" in argv else argv
-    return VERBOSE_FLAG in flags
 
 
 @contextlib.contextmanager
@@ -91,18 +66,6 @@ def _quiet_tensorflow() -> None:
         import tensorflow  # noqa: F401
 
 
-def command(argv: list[str]) -> str | None:
-    """The command named in `argv`: its first argument that is not a flag."""
-    return next((arg for arg in argv if not arg.startswith("-")), None)
-
-
-def command_list_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    """The top-level parser and its subparsers, without any command's flags."""
-    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
-    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
-    return parser, parser.add_subparsers(dest="command", required=True)
-
-
 def _choose_kernels(argv: list[str], environ=os.environ) -> None:
     """Eigen kernels for a command that only decodes, unless the user chose."""
     if command(argv) in DECODE_ONLY_COMMANDS:
@@ -119,7 +82,7 @@ def main() -> int:
         parser.parse_args(sys.argv[1:])  # prints and exits
     if "tensorflow" not in sys.modules:  # read once, as TensorFlow loads
         _choose_kernels(sys.argv[1:])
-    if not _verbose_requested(sys.argv[1:]):
+    if not verbose_requested(sys.argv[1:]):
         _quiet_tensorflow()
     from keras_transformer.cli import main as cli_main
 

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+import keras_transformer_commands as commands
 import keras_transformer_launcher as launcher
 from keras_transformer import cli
 from keras_transformer.inference import export, loaded_export
@@ -467,7 +468,7 @@ def test_the_command_list_is_answered_without_loading_the_library(argv):
     assert report["loaded"] == []
     assert report["status"] == (0 if argv and argv[0] in ("-h", "--help") else 2)
     listed = run.stdout if report["status"] == 0 else run.stderr
-    for name in launcher.COMMANDS:
+    for name in commands.COMMANDS:
         assert name in listed
 
 
@@ -476,7 +477,7 @@ def test_the_launcher_lists_the_commands_the_library_parses():
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {action.dest: action.help for action in subparsers._choices_actions}
-    assert helps == launcher.COMMANDS
+    assert helps == commands.COMMANDS
 
 
 @pytest.mark.parametrize(

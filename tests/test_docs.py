@@ -326,6 +326,7 @@ def _page_text(path: Path, generated: dict) -> str | None:
 # Every Markdown page of the repository: the site's (docs/) and those GitHub shows.
 LINKED_FILES = [
     ROOT / "README.md",
+    ROOT / "CHANGELOG.md",
     *sorted(DOCS.rglob("*.md")),
     *sorted(
         p

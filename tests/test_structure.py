@@ -214,3 +214,77 @@ def test_no_module_reads_a_sublayer_of_another_module_s_class():
                 continue
             wrong.append(f"{relative(path)}:{node.lineno} reads .{node.attr}")
     assert not wrong, "\n".join(wrong)
+
+
+# -- import circles ---------------------------------------------------------------------
+
+# The modules of the command line that sit outside the package, beside it.
+ENTRY_MODULES = ("keras_transformer_launcher", "keras_transformer_commands")
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the package and the entry modules."""
+    files = {name: PACKAGE.parent / f"{name}.py" for name in ENTRY_MODULES}
+    for path in modules():
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path
+    return files
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the project it imports by name. Every import counts,
+    at module level or inside a function (a lazy import still closes a circle, only
+    later). `from PACKAGE import name` names the module PACKAGE.name where that is a
+    module, else PACKAGE itself. A package's `__init__`, which Python runs before any
+    of its modules, is not counted as imported by them: only what the code names."""
+    files = module_files()
+    graph = {}
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}"
+                    found.add(dotted if dotted in files else node.module)
+        graph[name] = {module for module in found if module in files and module != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle found by a depth-first walk, as the modules along it (first repeated)."""
+    circles, done, path = [], set(), []
+
+    def walk(module):
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if imported in path:
+                circles.append(path[path.index(imported) :] + [imported])
+            elif imported not in done:
+                walk(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            walk(module)
+    return circles
+
+
+def test_the_circle_finder_finds_circles_lazy_or_not():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c", "a"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+    # The graph reads function-level imports too, and names submodules.
+    graph = import_graph()
+    assert "keras_transformer.cli" in graph["keras_transformer_launcher"]  # lazy, in main()
+    assert "keras_transformer.cli.train" in graph["keras_transformer.cli"]
+
+
+def test_no_import_circle():
+    """No module imports, through any chain, one that imports it back: the command
+    table lives in keras_transformer_commands.py, read by the launcher and the parsers."""
+    assert import_circles(import_graph()) == []

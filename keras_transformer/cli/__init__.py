@@ -21,9 +21,9 @@ import sys
 import traceback
 
 from keras_transformer.cli import train
-from keras_transformer.cli.common import COMMANDS, PROG, USER_ERRORS, VERBOSE_FLAG, UserError
+from keras_transformer.cli.common import COMMANDS, PROG, USER_ERRORS, UserError
 from keras_transformer.cli.settings import config_from_args, setting_help
-from keras_transformer_launcher import command_list_parser
+from keras_transformer_commands import command, command_list_parser, verbose_requested
 
 try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's work
     from keras_transformer.cli import (
@@ -88,11 +88,11 @@ def _one_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = VERBOSE_FLAG in (argv[: argv.index("--")] if "--" in argv else argv)
+    verbose = verbose_requested(argv)
     parser = build_parser()
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
-    if translate is None and command in TENSORFLOW_COMMANDS:
-        parser.exit(2, f"{parser.prog}: error: {_needs_tensorflow(command)}\n")
+    name = command(argv)
+    if translate is None and name in TENSORFLOW_COMMANDS:
+        parser.exit(2, f"{parser.prog}: error: {_needs_tensorflow(name)}\n")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-# The command's name and its --verbose flag are the launcher's, which reads them before
-# TensorFlow loads (keras_transformer_launcher.py, outside the package).
-from keras_transformer_launcher import COMMANDS, PROG, VERBOSE_FLAG, VERBOSE_HELP  # noqa: F401
+# The command's name, its commands and its --verbose flag, read before TensorFlow loads
+# (keras_transformer_commands.py, outside the package).
+from keras_transformer_commands import COMMANDS, PROG, VERBOSE_FLAG, VERBOSE_HELP  # noqa: F401
 
 MODEL_HELP = "the exported SavedModel: EXPORT_ROOT/NAME (its latest version) or EXPORT_ROOT/NAME/N"
 BEAM_HELP = "beam search of width N (default: greedy search)"
