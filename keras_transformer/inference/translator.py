@@ -12,14 +12,10 @@ The translator holds its searches as objects built from its settings
 call) and runs them through the sub-batches it owns (`inference.sub_batches`:
 the bound on rows decoded at once, and the padded shapes XLA compiles).
 
-Why one module of ~620 lines: every piece is a method of the one object a
-SavedModel tracks (its seven traced functions, the row limits, the choice of
-XLA compilation for its searches, its frozen fused weights and `frozen()`, the
-eager `__call__`), and they read the same settings off it; a third of the
-length is the constructor's documented arguments and checks. The strings' cuts
-are `inputs.py`'s; the piece to move out next, taking the settings as
-arguments: the XLA shapes (`_compiled`, `most_steps`, beside
-`sub_batches.CompiledSearch`).
+Its pieces are methods of the one object a SavedModel tracks (the seven traced
+functions, the row limits, the choice of XLA compilation for its searches, its
+frozen fused weights and `frozen()`, the eager `__call__`), and they read the same
+settings off it. The strings' cuts are `inputs.py`'s.
 """
 
 from __future__ import annotations

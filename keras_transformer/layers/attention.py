@@ -6,9 +6,8 @@ residual connection and layer norm): the attention core lives in
 shares, in `residual.py`. What each subclass adds is its choice of keys and
 values and its mask.
 
-Why one module of ~430 lines: the four classes are one concept, the tutorial's
-attention sublayer (a core inside a residual) with its three choices of keys,
-values and mask; each needs its docstring of arguments, which is most of the length.
+The four classes are one concept, the tutorial's attention sublayer (a core
+inside a residual), with its three choices of keys, values and mask.
 
 Masks are passed explicitly by the stacks (see `masks.py`). Called without
 one, as the tutorial calls them, the layers use the Keras mask their inputs

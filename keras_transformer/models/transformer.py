@@ -1,13 +1,13 @@
 """The encoder-decoder Transformer as a Keras model.
 
-Why one module of ~550 lines: it is the one model class, imported checkpoints'
+One model class, imported checkpoints'
 options included (`embedding_scale`, `position_layout`, `logits_bias`, ...). Its forward pass, its
 packed training step (`train_step`, `_call_packed`) and the decoding step
 interface the searches call (`decoding_start`, `decoding_step`,
 `keep_decoding_rows`, `reorder_decoding_state`, with the typed weights and
 state they pass) are methods of the object Keras saves and trains; the
 arithmetic of a decoding step lives in the decoder's layers
-(`layers/step_ops.py`), and about half the length is documentation.
+(`layers/step_ops.py`).
 """
 
 from __future__ import annotations

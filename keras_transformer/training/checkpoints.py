@@ -6,13 +6,12 @@ carries a record of where it came from (`RECORD_FILE` inside the archive:
 the epoch, and for the best checkpoint its validation loss), so that the file
 on disk, not a second file that may disagree with it, says what it holds.
 
-Keras stores a layer's weights under the attribute names that lead to it.
-Checkpoints written before version 0.2 held the attention projections and
-the layer norms directly on the sublayers (`self_attention/query_dense`,
-`ffn/layernorm`); they now sit in the attention core and the residual
-wrapper (`self_attention/mha/query_dense`, `ffn/residual/layernorm`). Such a
-checkpoint is rewritten to the new paths in a temporary copy and loaded from
-there; the file itself is left as it is.
+Keras stores a layer's weights under the attribute names that lead to it. The
+attention projections and the layer norms sit in the attention core and the
+residual wrapper (`self_attention/mha/query_dense`, `ffn/residual/layernorm`); a
+checkpoint in the flat layout, with them directly on the sublayers
+(`self_attention/query_dense`, `ffn/layernorm`), is rewritten to those paths in a
+temporary copy and loaded from there; the file itself is left as it is.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ def read_record(path: str | os.PathLike) -> dict | None:
 
 
 def load_model(path: str | os.PathLike, compile: bool = False):
-    """The model in the `.keras` file at `path`, migrating the pre-0.2 weight layout.
+    """The model in the `.keras` file at `path`, migrating the flat weight layout.
 
     A file that is not a whole checkpoint raises ValueError naming it.
     """

@@ -9,9 +9,7 @@ and help from the model's own lists (`layers.options.BLOCK_OPTIONS`,
 that these fields and the model's lists name the same options.
 
 The checks of a whole config (`TrainConfig.validate`) live beside this module,
-in config_checks.py; this one holds the settings and how they are read. It stays one
-module of ~420 lines because it is one dataclass: most of the length is the settings'
-fields and their one-line help, which belong together.
+in config_checks.py; this one holds the settings and how they are read.
 """
 
 from __future__ import annotations

@@ -14,10 +14,7 @@ stripped). SentencePiece's own normalization is switched off
 ("identity"), so that this TensorFlow function is the whole of it. Characters
 the model has no piece for (emoji, rare scripts) are spelled as UTF-8 byte
 pieces ("byte fallback") and come back intact; [UNK] is never produced.
-
-Why one module of ~430 lines: it is one tokenizer, learned, written, read and
-run; the op's resource and the quiet charsmap its model loads with belong to
-running it, and the learning options with their explanations are much of the length.
+The op's resource and the quiet charsmap its model loads with belong to running it.
 """
 
 from __future__ import annotations
