@@ -22,9 +22,8 @@ from keras_transformer_commands import COMMANDS, command, command_list_parser, v
 
 # Commands that only decode run on TensorFlow's Eigen CPU kernels. Where TensorFlow
 # turns its oneDNN kernels on by default (Linux, CPUs with AVX512-VNNI, AVX512-BF16 or
-# AMX), they decoded a Multi30k model's export at 0.57-0.69x the Eigen speed at batch
-# 64 (greedy; beam 4 0.80-0.86x), while they trained 1.4x faster: `train` and `demo`
-# keep the default (benchmarks/README.md, "Decoding on Eigen kernels"). `plot
+# AMX), they decode slower than Eigen's while they train faster: `train` and `demo`
+# keep the default (figures: benchmarks/RESULTS.md, "Figures behind design choices"). `plot
 # attention` decodes one sentence, too little to matter. A value the user set is kept.
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
 KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"

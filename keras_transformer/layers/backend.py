@@ -7,8 +7,8 @@ on by a constant below; on the other backends the plain `keras.ops`
 computation runs in their place:
 - `PACKED_TRAINING`: `Transformer.train_step` runs the per-token layers on the
   real tokens only (`skip_padding`, `packing.py`), which needs the
-  data-dependent shapes TensorFlow's graphs have and JAX's `jit` has not; it
-  made the tutorial-size step 1.2x faster on the 2-core CPU.
+  data-dependent shapes TensorFlow's graphs have and JAX's `jit` has not
+  (figures: benchmarks/RESULTS.md, "Figures behind design choices").
 - `WRITTEN_OUT_LAYER_NORM_GRADIENT`: layer norm's closed-form gradient
   (`layer_norm.py`), a handful of ops instead of the twenty that TensorFlow's
   executor runs one by one for the automatic one.

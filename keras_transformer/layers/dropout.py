@@ -1,10 +1,9 @@
 """HashedDropout: dropout whose mask is an integer hash, cheap under XLA.
 
 `keras.layers.Dropout` draws its mask from TensorFlow's stateless Philox
-generator. XLA compiles that generator into slow code on CPU: on the 2-core
-benchmark machine 22 dropout masks of a (64, 32, 128) batch take 64 ms
-compiled against 4 ms for the hash below, and dropout was about 18% of the
-whole XLA training step of the tutorial-size model (benchmarks/RESULTS.md).
+generator. XLA compiles that generator into slow code on CPU, many times slower
+than the hash below, and dropout is a large share of an XLA training step
+(figures: benchmarks/RESULTS.md, "Figures behind design choices").
 
 Here each element's keep decision is a hash of its flat index and of the
 layer's per-call seed: two rounds of a 32-bit integer mixer (xor-shift and
@@ -64,7 +63,7 @@ class HashedDropout(keras.layers.Dropout):
     Use it where the training step is XLA-compiled (`jit_compile=True`):
     there it is several times cheaper than Philox. Without XLA TensorFlow's
     own Philox kernel is fast, each integer operation of the hash writes a
-    tensor of its own, and the hash measured slower (0.90x). The hash uses
+    tensor of its own, and the hash is slower. The hash uses
     uint32 multiplication, which TensorFlow implements on GPU only under XLA.
 
     On JAX and PyTorch it draws Keras' masks (the same contract, other bits).

@@ -6,22 +6,20 @@ threads only while one product costs at most 128 * 128 multiply-adds
 Above that it runs the products one after another, each too small to use
 more than one thread. Attention products cost `queries * keys * head_size`,
 so with the tutorial's 16-wide heads a self-attention crosses the line at 33
-tokens: on the 2-core benchmark machine the attention core of (64 sentences,
-8 heads) took 8 ms forward and backward at 32 tokens and 26 ms at 48.
+tokens, and the core's time jumps there.
 
 Splitting the queries into chunks of `rows` keeps every product of the
 forward and the backward pass (each costs `rows * keys * head_size`) under
 the line. Each chunk's softmax is over all keys, so the concatenated result
-is the unsplit one. On that machine this took the core at 48, 72 and 104
-tokens from 26, 51 and 94 ms to 17, 33 and 77 ms.
+is the unsplit one (figures: benchmarks/RESULTS.md, "Figures behind design choices").
 
 GPUs and XLA have no such heuristic: there the queries are never split.
 
 The price is tracing. With lengths known only at run time (`fit` on bucketed
 batches) the chunk count is picked at run time from `CHUNK_COUNTS`, and each
 attention layer's graph holds one branch per count, 31 copies of the core in
-all: the tutorial-size model's first `fit` step took 116 s instead of 40 s on
-that machine, with 1.5 GB more memory. Hence `chunk_queries` is off by default.
+all, which makes the first `fit` step trace for minutes and take more memory.
+Hence `chunk_queries` is off by default.
 """
 
 import tensorflow as tf
