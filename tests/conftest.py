@@ -93,7 +93,9 @@ def _one_load_per_export():
     (4 loads of the tiny export, each deleted: +1.3 GB), and the CLI's tests load one
     export for every command they run. So within a test process each export is loaded
     once and shared: the key is the SavedModel's file and its modification time, so an
-    export that a test rewrites or damages is loaded anew, and failures are not kept."""
+    export that a test rewrites or damages is loaded anew, and failures are not kept. A test
+    that changes what it loaded (assigns to its variables) loads a copy of its own with
+    `tf.saved_model.load.unshared`: the shared one must stay as the export wrote it."""
     load = tf.saved_model.load
     loaded = {}
 
@@ -106,6 +108,7 @@ def _one_load_per_export():
             loaded[key] = load(export_dir)
         return loaded[key]
 
+    load_once.unshared = load
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tf.saved_model, "load", load_once)
         yield
