@@ -37,12 +37,22 @@ DIGITS = [str(d) for d in range(10)]
 TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 
 
-# The longest files first: the README's test command spreads whole files over the cores
-# (pytest-xdist, `--dist loadfile`) in collection order, so a long file collected last
-# would run alone at the end. The tutorial's replay is one chain of cells (the longest
-# file: 401 of the suite's 2,026 s in one process on a slow machine); the translator's
-# XLA searches and the speed levers' trainings come next.
-LONGEST_FILES = ("test_tutorial.py", "test_translator.py", "test_levers.py")
+# The longest files first (by their time in one `--durations=0` run of the README's test
+# command): pytest-xdist's `--dist loadfile` hands whole files to the two processes, so a
+# long file handed out last would run alone at the end. xdist would order the files by
+# their number of tests instead; `pytest_configure` keeps this order.
+LONGEST_FILES = (
+    "test_notebooks.py",
+    "test_export.py",
+    "test_training.py",
+    "test_prepared.py",
+    "test_translator.py",
+    "test_backends.py",
+    "test_cli.py",
+    "test_levers.py",
+    "test_docs.py",
+    "test_distribute.py",
+)
 
 
 try:  # glibc's malloc_trim; absent elsewhere (musl, macOS)
@@ -147,6 +157,11 @@ def pytest_terminal_summary(terminalreporter):
         most = sorted(growth.items(), key=lambda item: -item[1])[:count]
         listed = ", ".join(f"{name} {gb:+.2f}" for name, gb in most)
         terminalreporter.write_line(f"memory added by {kind} (GB): {listed}")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's: keep LONGEST_FILES' order
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):
