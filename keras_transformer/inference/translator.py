@@ -12,10 +12,10 @@ The translator holds its searches as objects built from its settings
 call) and runs them through the sub-batches it owns (`inference.sub_batches`:
 the bound on rows decoded at once, and the padded shapes XLA compiles).
 
-Its pieces are methods of the one object a SavedModel tracks (the seven traced
-functions, the row limits, the choice of XLA compilation for its searches, its
-frozen fused weights and `frozen()`, the eager `__call__`), and they read the same
-settings off it. The strings' cuts are `inputs.py`'s.
+It stays one module because its pieces are methods of the one object a SavedModel tracks
+(the seven traced functions, the row limits, the choice of XLA compilation for its
+searches, its frozen fused weights and `frozen()`, the eager `__call__`), and they read
+the same settings off it. The strings' cuts are `inputs.py`'s.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The encoder-decoder Transformer as a Keras model.
 
-One model class, imported checkpoints'
-options included (`embedding_scale`, `position_layout`, `logits_bias`, ...). Its forward pass, its
-packed training step (`train_step`, `_call_packed`) and the decoding step
-interface the searches call (`decoding_start`, `decoding_step`,
-`keep_decoding_rows`, `reorder_decoding_state`, with the typed weights and
-state they pass) are methods of the object Keras saves and trains; the
-arithmetic of a decoding step lives in the decoder's layers
-(`layers/step_ops.py`).
+It stays one module because it is one model class, imported checkpoints' options
+included (`embedding_scale`, `position_layout`, `logits_bias`, ...): its forward pass,
+its packed training step (`train_step`, `_call_packed`) and the decoding step interface
+the searches call (`decoding_start`, `decoding_step`, `keep_decoding_rows`,
+`reorder_decoding_state`, with the typed weights and state they pass) are methods of the
+object Keras saves and trains; the arithmetic of a decoding step lives in the decoder's
+layers (`layers/step_ops.py`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ ids are read from the shards as batches need them, so a run holds only the
 per-pair lengths and offsets in memory (about 26 bytes a pair), and knows the
 batches of an epoch from the lengths alone, without a pass over the ids.
 
-One concept, about 430 lines: reading a prepared directory for training, from
-its checked index to the batches `fit` takes; the parts (the directory, the
-shard files, a split's pairs, the batches) are each a class here, and none is
-used without the others.
+It stays one module because it is one concept: reading a prepared directory for
+training, from its checked index to the batches `fit` takes; the parts (the directory,
+the shard files, a split's pairs, the batches) are each a class here, and none is used
+without the others.
 """
 
 from __future__ import annotations

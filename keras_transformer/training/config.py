@@ -8,8 +8,9 @@ and help from the model's own lists (`layers.options.BLOCK_OPTIONS`,
 `model.MODEL_OPTIONS`), so each is written once; tests/test_config.py checks
 that these fields and the model's lists name the same options.
 
-The checks of a whole config (`TrainConfig.validate`) live beside this module,
-in config_checks.py; this one holds the settings and how they are read.
+The checks of a whole config (`TrainConfig.validate`) live beside this module, in
+config_checks.py; this one holds the settings and how they are read, and stays one
+module because it is one dataclass whose fields and one-line helps belong together.
 """
 
 from __future__ import annotations

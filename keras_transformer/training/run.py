@@ -5,9 +5,9 @@ The pieces live in their own modules (`schedules`, `losses`, `metrics`,
 (`keras_transformer.training`), as users of earlier versions and of the
 TensorFlow tutorial know them.
 
-A run's start, step by step, each a function of its own: reading the data (text
-or prepared), its tokenizers, the checks that a resumed run is the same run, the
-batches, and the model compiled for `fit`.
+It stays one module because it is one concept, a run's start, step by step, each a
+function of its own: reading the data (text or prepared), its tokenizers, the checks
+that a resumed run is the same run, the batches, and the model compiled for `fit`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ stripped). SentencePiece's own normalization is switched off
 ("identity"), so that this TensorFlow function is the whole of it. Characters
 the model has no piece for (emoji, rare scripts) are spelled as UTF-8 byte
 pieces ("byte fallback") and come back intact; [UNK] is never produced.
-The op's resource and the quiet charsmap its model loads with belong to running it.
+It stays one module because it is one tokenizer, learned, written, read and run: the
+op's resource and the quiet charsmap its model loads with belong to running it.
 """
 
 from __future__ import annotations
