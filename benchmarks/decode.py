@@ -51,13 +51,9 @@ from common import cpu_kernels
 
 from keras_transformer import Transformer
 from keras_transformer.constants import START_ID
+from keras_transformer.inference.batch_decoding import DEFAULT_MAX_LENGTH_A, DEFAULT_MAX_LENGTH_B
 from keras_transformer.inference.export import export_translator
-from keras_transformer.inference.translator import (
-    DEFAULT_MAX_LENGTH_A,
-    DEFAULT_MAX_LENGTH_B,
-    TEXT_SPEC,
-    Translator,
-)
+from keras_transformer.inference.translator import TEXT_SPEC, Translator
 from keras_transformer.text.tokenizers import Tokenizer, learn_vocabulary
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora" / "ted_pt_en"

@@ -44,7 +44,7 @@ if tensorflow is not None:
 # The names that need TensorFlow.
 _TENSORFLOW_NAMES = ("Translator",)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "BaseAttention",

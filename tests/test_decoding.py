@@ -11,11 +11,8 @@ import tensorflow as tf
 
 from keras_transformer.constants import END_ID, PAD_ID, START_ID
 from keras_transformer.inference import beam, sampling, sub_batches
-from keras_transformer.inference.search import (
-    MATMUL_ATTENTION_ROWS,
-    check_length_cap,
-    source_relative_limits,
-)
+from keras_transformer.inference.batch_decoding import LengthPolicy
+from keras_transformer.inference.search import MATMUL_ATTENTION_ROWS
 from tests.helpers import SEARCH_SCORE_ATOL, assert_same_hypotheses, tiny_transformer
 
 MAX_LENGTH = 16
@@ -271,18 +268,18 @@ def test_row_limits_end_rows_where_end_is_an_ordinary_token(tiny, search):
 
 
 def test_source_relative_limits():
-    limits = source_relative_limits(tf.constant([0, 4, 100]), 1.5, 10, max_length=50)
+    limits = LengthPolicy(50, 1.5, 10).source_relative(tf.constant([0, 4, 100]))
     np.testing.assert_array_equal(limits, [10, 16, 50])
     # Beyond int32's range before the clamp: still the export's maximum, not 1.
-    huge = source_relative_limits(tf.constant([0, 4]), 1e12, 1e12, max_length=50)
+    huge = LengthPolicy(50, 1e12, 1e12).source_relative(tf.constant([0, 4]))
     np.testing.assert_array_equal(huge, [50, 50])
     # Below 1: one token, the row's [END].
-    below = source_relative_limits(tf.constant([0, 4]), 0.0, -5.0, max_length=50)
+    below = LengthPolicy(50, 0.0, -5.0).source_relative(tf.constant([0, 4]))
     np.testing.assert_array_equal(below, [1, 1])
     for a, b in ((-1.0, 10.0), (float("nan"), 10.0), (float("inf"), 10.0), (1.5, float("nan"))):
         with pytest.raises(ValueError, match="max_length_"):
-            check_length_cap(a, b)
-    check_length_cap(None, 10.0)
+            LengthPolicy.check_cap(a, b)
+    LengthPolicy.check_cap(None, 10.0)
 
 
 class _Noting:

@@ -12,7 +12,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer.inference import export
-from keras_transformer.inference.translator import JIT_SOURCE_LENGTH_STEP, Translator
+from keras_transformer.inference.batch_decoding import JIT_SOURCE_LENGTH_STEP
+from keras_transformer.inference.translator import Translator
 from keras_transformer.text import corpora
 from keras_transformer.text.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
 from tests.helpers import tiny_transformer
@@ -197,10 +198,10 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
     variables of the SavedModel, which both signatures read (a change to them changes
     what each says), not computed per call; the translator given stays live."""
     translator, _, path = exported
-    assert translator.fused_weights is None
+    assert translator.decoder.fused_weights is None
     loaded = tf.saved_model.load.unshared(str(path))  # its weights are changed below
-    saved = tf.nest.flatten(loaded.fused_weights)
-    expected = tf.nest.flatten(translator.frozen().fused_weights)
+    saved = tf.nest.flatten(loaded.decoder.fused_weights)
+    expected = tf.nest.flatten(translator.frozen().decoder.fused_weights)
     assert len(saved) == len(expected) > 0
     for variable, value in zip(saved, expected, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value.numpy())

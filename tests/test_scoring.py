@@ -100,7 +100,7 @@ def test_scores_are_the_models_log_probabilities(translator, tiny_translation_mo
     assert np.all(token_scores[np.arange(4)[None, :] >= lengths[:, None]] == 0)
     # The right translation scores above the wrong one of the same length.
     assert scored["score"].numpy()[0] > scored["score"].numpy()[2]
-    penalty = ((5.0 + lengths) / 6.0) ** translator.length_penalty_alpha
+    penalty = ((5.0 + lengths) / 6.0) ** translator.options.length_penalty_alpha
     np.testing.assert_allclose(scored["normalized_score"].numpy(), expected / penalty, atol=1e-4)
     assert not scored["source_truncated"].numpy().any()
     assert not scored["target_truncated"].numpy().any()

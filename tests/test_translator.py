@@ -1,12 +1,15 @@
 """Translator: strings in, strings out, every row answered."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer.constants import END_ID
 from keras_transformer.inference import sampling
-from keras_transformer.inference.translator import DEFAULT_MAX_SOURCE_LENGTH, Translator
+from keras_transformer.inference.batch_decoding import DEFAULT_MAX_SOURCE_LENGTH
+from keras_transformer.inference.translator import Translator
 from tests.helpers import SEARCH_SCORE_ATOL, tiny_transformer
 
 BAD_INPUTS = [
@@ -135,13 +138,15 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
     )
     live = Translator(model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=8)
     frozen = live.frozen()
-    assert live.fused_weights is None
-    assert frozen.max_length == live.max_length and frozen.beam_width == live.beam_width
+    assert live.decoder.fused_weights is None
+    assert frozen.options == dataclasses.replace(live.options, freeze_weights=True)
 
     def assert_holds(translator, expected):
-        tf.nest.assert_same_structure(translator.fused_weights, expected)
+        tf.nest.assert_same_structure(translator.decoder.fused_weights, expected)
         for variable, value in zip(
-            tf.nest.flatten(translator.fused_weights), tf.nest.flatten(expected), strict=True
+            tf.nest.flatten(translator.decoder.fused_weights),
+            tf.nest.flatten(expected),
+            strict=True,
         ):
             np.testing.assert_array_equal(variable.numpy(), value.numpy())
 
@@ -159,14 +164,14 @@ def test_frozen_fused_weights_are_what_every_search_reads(tiny_translation_model
                 same[key].numpy(), reference[method][key].numpy(), err_msg=method
             )
 
-    layers = frozen.fused_weights.decoder
+    layers = frozen.decoder.fused_weights.decoder
     kinds = {
         "query, key and value": [layer.query_key_value.kernel for layer in layers],
         "cross-attention query": [layer.cross_query.kernel for layer in layers],
     }
     if tied:
-        kinds["tied projection"] = [frozen.fused_weights.projection]
-    assert bool(tf.nest.flatten(frozen.fused_weights.projection)) == tied
+        kinds["tied projection"] = [frozen.decoder.fused_weights.projection]
+    assert bool(tf.nest.flatten(frozen.decoder.fused_weights.projection)) == tied
     for kind, variables in kinds.items():
         kept = [v.numpy() for v in variables]
         for variable in variables:
@@ -240,7 +245,7 @@ def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation
     translator = Translator(
         tiny.model, tiny.source_tokenizer, tiny.target_tokenizer, max_length=16, **cap
     )
-    assert [translator.most_steps(n) for n in (16, 24)] == [9, 13]
+    assert [translator.decoder.lengths.most_steps(n) for n in (16, 24)] == [9, 13]
 
 
 def test_overlong_sources_are_cut_at_the_limit_and_flagged(tiny_translation_model):

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 
 from keras_transformer.cli.common import COMMANDS, add_common_flags, require_positive
-from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT, export_run
-from keras_transformer.inference.translator import (
+from keras_transformer.inference.batch_decoding import (
     DEFAULT_MAX_LENGTH,
     DEFAULT_MAX_SOURCE_LENGTH,
-    Translator,
+    DecodingOptions,
 )
+from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT, export_run
 from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 
 
 def add_export_parser(subparsers) -> None:
-
-    translator_defaults = inspect.signature(Translator).parameters
+    defaults = DecodingOptions()
     parser = subparsers.add_parser(
         "export",
         help=COMMANDS["export"],
@@ -58,7 +56,7 @@ def add_export_parser(subparsers) -> None:
     parser.add_argument(
         "--sub-batch-size",
         type=int,
-        default=translator_defaults["sub_batch_size"].default,
+        default=defaults.sub_batch_size,
         metavar="N",
         help="rows decoded together inside one call: bounds a request's memory and the wait "
         "it imposes on other requests (default: %(default)s)",
@@ -66,7 +64,7 @@ def add_export_parser(subparsers) -> None:
     parser.add_argument(
         "--in-flight",
         type=int,
-        default=translator_defaults["in_flight"].default,
+        default=defaults.in_flight,
         metavar="N",
         help="searches run side by side within --sub-batch-size rows, each on its share: "
         "one search keeps about one core busy; twice the cores speeds a large batch "
@@ -75,8 +73,8 @@ def add_export_parser(subparsers) -> None:
     parser.add_argument(
         "--jit-compile",
         action="store_true",
-        help="compile greedy and beam search with XLA: faster on CPU once compiled (2-3.5x "
-        "at batch 1), but each new input shape compiles first; TF Serving then needs "
+        help="compile greedy and beam search with XLA: faster on CPU at small batches once "
+        "compiled, but each new input shape compiles first; TF Serving then needs "
         "--xla_cpu_compilation_enabled=true (default: plain TensorFlow ops)",
     )
     parser.add_argument(
@@ -90,25 +88,25 @@ def add_export_parser(subparsers) -> None:
     parser.add_argument(
         "--max-length-a",
         type=float,
-        default=translator_defaults["max_length_a"].default,
+        default=defaults.max_length_a,
         help="a row also stops after A * its source tokens + B tokens (default: %(default)s)",
     )
     parser.add_argument(
         "--max-length-b",
         type=float,
-        default=translator_defaults["max_length_b"].default,
+        default=defaults.max_length_b,
         help="B of that cap (default: %(default)s)",
     )
     parser.add_argument(
         "--beam-width",
         type=int,
-        default=translator_defaults["beam_width"].default,
+        default=defaults.beam_width,
         help="width of the beam_search signature (default: %(default)s)",
     )
     parser.add_argument(
         "--length-penalty",
         type=float,
-        default=translator_defaults["length_penalty_alpha"].default,
+        default=defaults.length_penalty_alpha,
         help="GNMT length penalty alpha of beam search (default: %(default)s)",
     )
     add_common_flags(parser)

@@ -121,7 +121,7 @@ def _signatures(translator: Translator) -> dict:
 
     @tf.function(input_signature=[TEXT_SPEC])
     def beam_search(text):
-        return select(translator.translate_beam(text, tf.constant(translator.beam_width)))
+        return select(translator.translate_beam(text, tf.constant(translator.options.beam_width)))
 
     @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC])
     def score(source, target):
@@ -132,7 +132,7 @@ def _signatures(translator: Translator) -> dict:
 
 def _nbest_and_prefix_signatures(translator: Translator) -> dict:
     """`nbest`, `greedy_with_prefix` and `beam_search_with_prefix` (the export's width)."""
-    width = tf.constant(translator.beam_width)
+    width = tf.constant(translator.options.beam_width)
 
     def select(outputs, keys):
         return {key: outputs[key] for key in keys}

@@ -10,8 +10,8 @@ KerasHub's samplers are:
                     prefix=None)
 
 `GreedySearch` and `SamplingSearch` live in `sampling.py`, `BeamSearch` in `beam.py`;
-running one over a large batch a bounded number of rows at a time is the translator's
-(`sub_batches.py`).
+running one over a large batch a bounded number of rows at a time is `BatchDecoder`'s
+(`batch_decoding.py`).
 
 Every search runs as one `tf.while_loop`, batched, with each row stopping at its own
 [END]. It sees the model only through its step interface: `decoding_start` (the
@@ -115,7 +115,7 @@ class Search:
         model: a built `Transformer`.
         context_ids: int `(batch, source_length)` source ids, 0-padded.
         row_limits: optional int `(batch,)`, the most tokens each row may
-            generate ([END] included; see `source_relative_limits`): a row that
+            generate ([END] included; see `batch_decoding.LengthPolicy`): a row that
             reaches its limit ends there with [END], with `stop_at_end` or without.
         fused_weights: the decoder's fused weights computed before
             (`Transformer.fused_step_weights`; a frozen translator's variables), or
@@ -212,31 +212,6 @@ def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
     if not cached_and_dynamic:
         return loop(False)
     return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
-
-
-def source_relative_limits(source_lengths, a: float, b: float, max_length: int):
-    """Most tokens each row may generate: `a * source_length + b`, within [1, max_length].
-
-    fairseq's `max_len_a` / `max_len_b`, except that the limit counts the row's [END]
-    (fairseq's does not): one row that never emits [END] costs its own few steps
-    instead of holding the whole batch to `max_length`.
-
-    Args:
-        source_lengths: int `(batch,)`, the real source tokens of each row.
-        a, b: finite floats (`check_length_cap`).
-        max_length: int. The most any row may generate.
-    """
-    limits = tf.math.floor(a * tf.cast(source_lengths, tf.float32) + b)
-    # Clamped before the cast: a float beyond int32's range casts to its minimum.
-    return tf.cast(tf.clip_by_value(limits, 1.0, float(max_length)), tf.int32)
-
-
-def check_length_cap(a: float | None, b: float) -> None:
-    """`a` and `b` of `source_relative_limits`: finite, `a` >= 0 (or None: no cap)."""
-    if a is not None and not (math.isfinite(a) and a >= 0):
-        raise ValueError(f"`max_length_a` must be a finite number >= 0 or None. Received: {a}")
-    if not math.isfinite(b):
-        raise ValueError(f"`max_length_b` must be a finite number. Received: {b}")
 
 
 def write_column(buffer, column, values):

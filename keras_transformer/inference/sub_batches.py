@@ -1,9 +1,9 @@
-"""Sub-batches: how a translator runs a search over a large batch, a bounded number of
-rows at a time, and over the padded shapes XLA compiles.
+"""Sub-batches: the loop that runs a search over a large batch a bounded number of rows
+at a time, and the padded shapes XLA compiles a search on.
 
-The translator owns this module: it chooses the bound (`sub_batch_size`), the
-searches in flight and the shapes to compile; a search (`search.py`) knows nothing
-of sub-batches beyond the `stream` number each call gives it. The loop itself,
+`BatchDecoder` (`batch_decoding.py`) decides the bound (`sub_batch_size`), the searches
+in flight and the shapes to compile; a search (`search.py`) knows nothing of
+sub-batches beyond the `stream` number each call gives it. The loop itself,
 `map_sub_batches`, takes any work done per row (teacher-forced scoring:
 `scoring.py`).
 """
