@@ -58,7 +58,7 @@ def test_a_config_json_of_the_earlier_version_loads_with_equal_values(tmp_path):
     assert read_config_file(CONFIG_V1) == written["training"]
     config.validate()
     # The sections derived from the settings are those the run wrote, so that the run
-    # resumes (training.run._check_same_run compares them).
+    # resumes (resume._check_same_run compares them).
     model = written["model"]
     added_options = {name: value for name, value in added.items() if name in MODEL_OPTIONS}
     assert config.model_kwargs(model["input_vocab_size"], model["target_vocab_size"]) == {

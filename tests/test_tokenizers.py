@@ -17,7 +17,7 @@ from keras_transformer.text.tokenizers import (
     read_vocabulary,
     write_vocabulary,
 )
-from keras_transformer.training import run_dir
+from keras_transformer.training import run_dir, tokenizer_files
 from keras_transformer.training.config import TrainConfig
 from tests.helpers import graph_op_types
 
@@ -165,7 +165,7 @@ def test_build_tokenizers_learns_sentencepiece_once_and_reuses_it(
     def must_not_learn(*args, **kwargs):
         raise AssertionError("a resumed run learned its tokenizer again")
 
-    monkeypatch.setattr(training.run, "learn_sentencepiece_model", must_not_learn)
+    monkeypatch.setattr(tokenizer_files, "learn_sentencepiece_model", must_not_learn)
     again_source, again_target = training.build_tokenizers(config, train_pairs, tmp_path)
     assert _learned_files(tmp_path) == files
     ids = again_target.tokenize(sentence).to_list()

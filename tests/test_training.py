@@ -14,7 +14,7 @@ import pytest
 from keras_transformer import training
 from keras_transformer.inference.translator import Translator
 from keras_transformer.text import data
-from keras_transformer.training import run_dir
+from keras_transformer.training import data_sources, resume, run_dir, tokenizer_files
 from keras_transformer.training.schedules import Cooldown, InverseSqrtSchedule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,10 +176,10 @@ def test_a_run_from_before_sentencepiece_resumes_as_wordpiece(tmp_path):
         },
     )
     same = {"model": old.model_kwargs(40, 50), "tokenizer": old.tokenizer_kwargs(), "data": {}}
-    training.run._check_same_run(tmp_path, same)
+    resume._check_same_run(tmp_path, same)
     cased = training.TrainConfig(tokenizer="wordpiece")
     with pytest.raises(ValueError, match="different tokenizer"):
-        training.run._check_same_run(tmp_path, {**same, "tokenizer": cased.tokenizer_kwargs()})
+        resume._check_same_run(tmp_path, {**same, "tokenizer": cased.tokenizer_kwargs()})
 
 
 def test_settings_no_model_takes_leave_no_run_directory(tmp_path):
@@ -201,7 +201,7 @@ def test_a_started_run_refuses_other_tokenizer_settings_before_learning_any(tmp_
     def must_not_learn(*args, **kwargs):
         raise AssertionError("learned a tokenizer for a run it then refused")
 
-    monkeypatch.setattr(training.run, "learn_sentencepiece_model", must_not_learn)
+    monkeypatch.setattr(tokenizer_files, "learn_sentencepiece_model", must_not_learn)
     with pytest.raises(ValueError, match="different tokenizer settings") as error:
         training.train({**TINY, "shared_vocab": True}, tmp_path, verbose=0)
     # Only what changed, not two whole dicts.
@@ -224,7 +224,7 @@ def test_tokenizer_files_of_a_start_that_never_wrote_its_config_are_learned_agai
         assert not stale.exists(), "a stale tokenizer file was kept"
         raise Stop
 
-    monkeypatch.setattr(training.run, "build_tokenizers", build)
+    monkeypatch.setattr(data_sources, "build_tokenizers", build)
     with pytest.raises(Stop):
         training.train(TINY, tmp_path, verbose=0)
 
@@ -238,8 +238,8 @@ def test_a_corpus_file_named_another_way_is_the_same_run(tmp_path, monkeypatch):
     tokenizer = run_dir.tokenizer_settings(config)
     for src in ("./train.pt", str(tmp_path / "train.pt")):
         same = {"tokenizer": tokenizer, "data": {**data, "src": src}}
-        training.run._check_same_run(tmp_path / "run", same)
+        resume._check_same_run(tmp_path / "run", same)
     with pytest.raises(ValueError, match="src 'train.pt' -> 'other.pt'"):
-        training.run._check_same_run(
+        resume._check_same_run(
             tmp_path / "run", {"tokenizer": tokenizer, "data": {**data, "src": "other.pt"}}
         )

@@ -1,6 +1,8 @@
 """A training run, one module per concern.
 
 - `run`: `train()`, a Transformer trained from a `TrainConfig` into a run directory.
+- `data_sources` (text or prepared data) with `tokenizer_files`, and `resume` (a run
+  directory started or resumed): what `train()` reads and opens before `fit`.
 - `config` (`TrainConfig`, with `config_checks`) and `presets`: the run's settings.
 - `schedules`, `losses`, `metrics`: what `fit` optimizes and reports.
 - `callbacks`, `backup`, `checkpoints`, `run_dir`: what a run writes, and resuming it.
@@ -16,8 +18,9 @@ from keras_transformer.training.callbacks import RunHistory, TimeBudget, make_ca
 from keras_transformer.training.config import TrainConfig, read_config_file
 from keras_transformer.training.losses import MaskedLoss, masked_loss, token_losses
 from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens, masked_accuracy
-from keras_transformer.training.run import build_tokenizers, learn_tokenizer_file, train
+from keras_transformer.training.run import train
 from keras_transformer.training.schedules import CustomSchedule, WarmupSchedule, make_optimizer
+from keras_transformer.training.tokenizer_files import build_tokenizers, learn_tokenizer_file
 
 __all__ = [
     "CustomSchedule",

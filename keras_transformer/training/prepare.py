@@ -37,7 +37,11 @@ from keras_transformer import atomic
 from keras_transformer.text import corpora, prepared
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.config import TrainConfig
-from keras_transformer.training.run import learn_tokenizer_file
+from keras_transformer.training.tokenizer_files import (
+    copy_tokenizer_files,
+    learn_tokenizer_file,
+    sides_of_files,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +109,7 @@ def prepare(
         if source is None:
             _learn_tokenizers(config, settings, streams[TRAIN], partial, tokenizer_sentences)
         else:
-            for name in set(run_dir_lib.tokenizer_files(settings)):
-                shutil.copyfile(source / name, partial / name)
+            copy_tokenizer_files(source, partial, settings)
         source_tokenizer, target_tokenizer = run_dir_lib.make_tokenizers(partial, settings)
         vocab_sizes = (source_tokenizer.vocab_size, target_tokenizer.vocab_size)
         dtype = np.uint16 if max(vocab_sizes) <= np.iinfo(np.uint16).max + 1 else np.int32
@@ -214,11 +217,7 @@ def _learn_tokenizers(
     config: TrainConfig, settings: dict, stream: PairStream, directory: Path, sentences: int
 ) -> None:
     """Learns the tokenizer files from a random sample of the training sentences."""
-    source_file, target_file = run_dir_lib.tokenizer_files(settings)
-    sides_of_file = {source_file: (0,), target_file: (1,)}
-    if source_file == target_file:
-        sides_of_file = {source_file: (0, 1)}
-    for filename, file_sides in sides_of_file.items():
+    for filename, file_sides in sides_of_files(settings).items():
         texts = (
             pair[side] for pair in stream() if not pair[2] for side in file_sides
         )  # training sentences only: validation stays unseen

@@ -2,18 +2,17 @@
 checkpoint (`keras-transformer import-marian`) or any trained run.
 
 The new run takes the other's model settings (all but the dropout rates, which are
-its own), a copy of its tokenizer files (never learned again: the ids must mean what
-the weights learned), and the weights of its best checkpoint; everything else (data,
-schedule, early stopping) is the new run's own, and it resumes as any run does.
+its own), a copy of its tokenizer files (`data_sources.TextSource`: never learned
+again, the ids must mean what the weights learned), and the weights of its best
+checkpoint; everything else (data, schedule, early stopping) is the new run's own,
+and it resumes as any run does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
-from keras_transformer import atomic
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.config import TrainConfig
@@ -36,16 +35,6 @@ def settings_of_initial_run(config: TrainConfig) -> TrainConfig:
     if "vocab_size" in tokenizer:
         settings["vocab_size"] = tokenizer["vocab_size"]
     return dataclasses.replace(config, **model, **settings, tokenizer=tokenizer["kind"])
-
-
-def copy_tokenizers(initial: Path, run_dir: Path, settings) -> None:
-    """The tokenizer files of the run this one starts from, copied (never learned)."""
-    run_dir_lib.check_tokenizer_files(initial)
-    for name in sorted(set(run_dir_lib.tokenizer_files(settings))):
-        source = initial / name
-        atomic.write_atomically(
-            run_dir / name, lambda partial, source=source: shutil.copyfile(source, partial)
-        )
 
 
 def load_weights(model: Transformer, initial: Path) -> None:
