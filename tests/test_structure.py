@@ -288,3 +288,23 @@ def test_no_import_circle():
     """No module imports, through any chain, one that imports it back: the command
     table lives in keras_transformer_commands.py, read by the launcher and the parsers."""
     assert import_circles(import_graph()) == []
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for module in graph[todo.pop()] - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
+
+
+def test_preparing_data_does_not_import_the_training_run():
+    """`prepare` learns tokenizers and writes shards; the training run reads them. The
+    tokenizer files are `training.tokenizer_files`', which both use."""
+    graph = import_graph()
+    assert reachable({"a": {"b"}, "b": {"c"}, "c": set()}, "a") == {"b", "c"}
+    imported = reachable(graph, "keras_transformer.training.prepare")
+    assert "keras_transformer.training.tokenizer_files" in imported
+    assert "keras_transformer.training.run" not in imported
