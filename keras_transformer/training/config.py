@@ -8,9 +8,10 @@ and help from the model's own lists (`layers.options.BLOCK_OPTIONS`,
 `models.options.MODEL_OPTIONS`), so each is written once; tests/test_config.py checks
 that these fields and the model's lists name the same options.
 
-The checks of a whole config (`TrainConfig.validate`) live beside this module, in
-config_checks.py; this one holds the settings and how they are read, and stays one
-module because it is one dataclass whose fields and one-line helps belong together.
+This module holds the settings, how they are read (a dict, a JSON file, a prepared
+directory's tokenizer) and what they give the model and the tokenizer
+(`model_kwargs`, `tokenizer_kwargs`); the checks of a whole config
+(`TrainConfig.validate`) live beside it, in config_checks.py.
 """
 
 from __future__ import annotations
