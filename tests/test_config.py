@@ -8,7 +8,7 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer.layers.options import BLOCK_OPTIONS
-from keras_transformer.models.transformer import MODEL_OPTIONS
+from keras_transformer.models.options import MODEL_OPTIONS
 from keras_transformer.training import run_dir
 from keras_transformer.training.config import MODEL_SIZES, TrainConfig, read_config_file
 

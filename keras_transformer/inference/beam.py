@@ -8,11 +8,10 @@ for XLA; `search.py`), with state of its own: each row's `width` best unfinished
 them (`reorder_decoding_state`), and, over many rows, drops the sentences whose
 search is done (`keep_decoding_rows`).
 
-The beams' state, their step, the stopping rule and the choice of the k best finished
-hypotheses (n-best lists) stay one module because they share one invariant: once the
-search stops, no unfinished hypothesis beats a finished one. The candidates' ranking,
-which needs none of them, is `candidates.py`; the loop shared with greedy search is
-`search.py`.
+The module holds the beams' state, their step, the stopping rule and the choice of
+the k best finished hypotheses (n-best lists), which keep one invariant: once the
+search stops, no unfinished hypothesis beats a finished one. The candidates' ranking
+is `candidates.py`; the loop shared with greedy search is `search.py`.
 """
 
 from __future__ import annotations

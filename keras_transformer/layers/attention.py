@@ -6,8 +6,9 @@ residual connection and layer norm): the attention core lives in
 shares, in `residual.py`. What each subclass adds is its choice of keys and
 values and its mask.
 
-The four classes stay one module because they are one concept, the tutorial's attention
-sublayer (a core inside a residual), with its three choices of keys, values and mask.
+`BaseAttention` holds the core inside its residual, the config and the step's
+weights; `GlobalSelfAttention` is the encoder's, `CausalSelfAttention` and
+`CrossAttention` are the decoder's, each of these two with its one-token step.
 
 Masks are passed explicitly by the stacks (see `masks.py`). Called without
 one, as the tutorial calls them, the layers use the Keras mask their inputs

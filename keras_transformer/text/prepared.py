@@ -19,10 +19,10 @@ ids are read from the shards as batches need them, so a run holds only the
 per-pair lengths and offsets in memory (about 26 bytes a pair), and knows the
 batches of an epoch from the lengths alone, without a pass over the ids.
 
-It stays one module because it is one concept: reading a prepared directory for
-training, from its checked index to the batches `fit` takes; the parts (the directory,
-the shard files, a split's pairs, the batches) are each a class here, and none is used
-without the others.
+The module reads a prepared directory for training, from its checked index
+(`read_index`) to the batches `fit` takes: the directory (`PreparedData`), its shard
+files (`_IdFile`, read with `os.pread` through a bounded set of open files), a
+split's pairs (`PreparedSplit`) and the batches (`PreparedBatches`).
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ one-line help (`setting`), grouped by section: the help of its flag
 (`cli/settings.py`), of its row in the configuration reference (docs/hooks.py)
 and of its entry in the class' `Args`. The model's options take their defaults
 and help from the model's own lists (`layers.options.BLOCK_OPTIONS`,
-`model.MODEL_OPTIONS`), so each is written once; tests/test_config.py checks
+`models.options.MODEL_OPTIONS`), so each is written once; tests/test_config.py checks
 that these fields and the model's lists name the same options.
 
-The checks of a whole config (`TrainConfig.validate`) live beside this module, in
-config_checks.py; this one holds the settings and how they are read, and stays one
-module because it is one dataclass whose fields and one-line helps belong together.
+This module holds the settings, how they are read (a dict, a JSON file, a prepared
+directory's tokenizer) and what they give the model and the tokenizer
+(`model_kwargs`, `tokenizer_kwargs`); the checks of a whole config
+(`TrainConfig.validate`) live beside it, in config_checks.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.layers.options import BLOCK_OPTION_HELP, BLOCK_OPTIONS
-from keras_transformer.models.transformer import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS
+from keras_transformer.models.options import MODEL_OPTION_HELP, MODEL_OPTIONS, STEP_OPTIONS
 from keras_transformer.text import prepared
 from keras_transformer.text.tokenizers.settings import SUBWORD_MODELS
 from keras_transformer.training import config_checks, distribute
@@ -240,7 +241,7 @@ class TrainConfig:
     dff: int = setting(512, "inner size of the feed-forward sublayers")
 
     # -- The model's options: every block's (layers.options.BLOCK_OPTIONS), then the
-    # Transformer's own (model.MODEL_OPTIONS); defaults and help are the model's.
+    # Transformer's own (models.options.MODEL_OPTIONS); defaults and help are the model's.
     dropout_rate: float = model_option("dropout_rate")
     attention_dropout: float = model_option("attention_dropout")
     activation: str = model_option("activation")

@@ -14,8 +14,11 @@ stripped). SentencePiece's own normalization is switched off
 ("identity"), so that this TensorFlow function is the whole of it. Characters
 the model has no piece for (emoji, rare scripts) are spelled as UTF-8 byte
 pieces ("byte fallback") and come back intact; [UNK] is never produced.
-It stays one module because it is one tokenizer, learned, written, read and run: the
-op's resource and the quiet charsmap its model loads with belong to running it.
+
+The module learns a model (`learn_sentencepiece_model`), writes and reads it
+(`write_sentencepiece_model`, `read_sentencepiece_model`) and runs it
+(`SentencePieceTokenizer`), with the op's resource (`SentencepieceModel`) and the
+quiet charsmap its model loads with.
 """
 
 from __future__ import annotations
