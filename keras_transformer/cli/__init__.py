@@ -3,8 +3,9 @@ import-marian`.
 
 A thin command line.
 
-Each subcommand (one module per group: `train`, `prepare`, `demo`, `translate`,
-`score`, `plot`, `import_marian`) only parses flags, calls library functions and
+Each subcommand (one module each: `train`, `prepare`, `demo`, `translate`, `score`,
+`export`, `evaluate`, `plot`, `import_marian`; the flags they share in `settings` and
+`common`) only parses flags, calls library functions and
 prints. `train` alone runs where TensorFlow is not installed (from prepared data,
 on JAX or PyTorch); there the others say in one line that they need it. A user error (a file that
 is missing or unreadable, an invalid setting, a bad number) ends the command

@@ -6,7 +6,7 @@ hypotheses' log-probabilities added, one top-k over all of it), that is several
 passes over `(rows * width, vocab)` values and a selection over all of them, each
 step. Here the same candidates, ties broken the same way, come from each
 hypothesis' best logits, found chunk by chunk, and the log-softmax is kept for
-those few alone (beam 4 at 64 rows 1.15x faster: benchmarks/RESULTS.md).
+those few alone, which is faster (benchmarks/RESULTS.md, "Figures behind design choices").
 """
 
 from __future__ import annotations

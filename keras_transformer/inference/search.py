@@ -195,9 +195,9 @@ def prefix_forcing(prefix, steps: int, row_limits=None):
 
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls
-# (`layers.step_ops.attend`): at 64 rows 1.1-1.2x faster on Eigen's kernels, at one row
-# 0.7x under oneDNN's (benchmarks/RESULTS.md). From as many rows greedy and beam search
-# also drop the rows that ended from their loops (their `live_rows_loop`s).
+# (`layers.step_ops.attend`: faster than broadcast products at many rows, slower at one;
+# benchmarks/RESULTS.md, "Figures behind design choices"). From as many rows greedy and
+# beam search also drop the rows that ended from their loops (their `live_rows_loop`s).
 MATMUL_ATTENTION_ROWS = 16
 
 

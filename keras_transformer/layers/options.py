@@ -28,8 +28,8 @@ BLOCK_OPTION_HELP = {
     "layer_norm_epsilon": "epsilon of every layer normalization",
     "normalize_first": "pre-LN blocks (plus a final layer norm per stack) instead of post-LN",
     "hashed_dropout": "dropout masks from an integer hash: cheaper under XLA on CPU",
-    "chunk_queries": "long queries attend in chunks on TensorFlow's CPU kernels: faster from "
-    "33 tokens without XLA, but the first step traces about 3x longer",
+    "chunk_queries": "long queries attend in chunks on TensorFlow's CPU kernels: faster for "
+    "long sentences without XLA, but the first step traces much longer",
 }
 
 # The options each sublayer takes.

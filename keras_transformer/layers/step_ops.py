@@ -101,12 +101,11 @@ def attend(query, key, value, width: int, bias=None, matmul: bool = False):
     `value` `(rows, heads, head_size, keys)`; `bias` `(rows, 1, keys)` or `(keys,)`.
 
     Two forms of the same math. Broadcast products and sums (the default) suit few
-    rows: a batched matmul at one query per row costs more to set up than to run,
-    under oneDNN's kernels (on by default on the AVX-512 machine measured) 0.7x the one-row speed.
-    Batched matmuls (`matmul=True`) suit many rows: on Eigen's kernels (the default
-    on AVX2) they were 10-20% faster at 64 rows, as each broadcast product is a
+    rows: a batched matmul at one query per row costs more to set up than to run.
+    Batched matmuls (`matmul=True`) suit many rows, as each broadcast product is a
     `(rows, heads, keys, head_size)` temporary that a matmul never forms
-    (benchmarks/RESULTS.md). The searches choose by a search's row count.
+    (benchmarks/RESULTS.md, "Figures behind design choices"). The searches choose by a
+    search's row count.
     Values are kept transposed so that both forms read the caches as they are.
     """
     if matmul:

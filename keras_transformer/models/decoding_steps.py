@@ -80,9 +80,10 @@ class DecodingStepsMixin:
         backend.require_tensorflow("Decoding")
         projection = ()
         if self.final_layer is None:
-            # Transposed here, once. The step's matmul by the table itself
-            # (`transpose_b`) was 2.5x slower at 32 rows on TensorFlow's Eigen
-            # kernels (the default on AVX2 CPUs), and it is a step's largest op.
+            # Transposed here, once: the step's matmul by the table itself
+            # (`transpose_b`) is slower on TensorFlow's Eigen kernels (the default on
+            # AVX2 CPUs; benchmarks/RESULTS.md, "Figures behind design choices"), and
+            # it is a step's largest op.
             table = tf.cast(tf.convert_to_tensor(self.decoder.token_embeddings), self.compute_dtype)
             projection = tf.transpose(table)
         return FusedStepWeights(self.decoder.fused_step_weights(), projection)

@@ -48,9 +48,9 @@ logger = logging.getLogger(__name__)
 # Pairs a shard holds (about: a shard ends at the first chunk past this many).
 DEFAULT_SHARD_PAIRS = 100_000
 # Sentences the tokenizer learns from, at most: a random sample of the training text.
-# SentencePiece's training holds about 1.8 KB a sentence of Multi30k (a process peak of
-# 1.6 GB for 400k sentences, 4.6 GB for 2M), so this bound keeps a prepare of any corpus
-# under 2 GB; SentencePiece's own examples learn from 1M sentences.
+# SentencePiece's training memory grows with the sentences it learns from, and this bound
+# keeps a prepare of any corpus within a laptop's memory (benchmarks/RESULTS.md, "Figures
+# behind design choices"); SentencePiece's own examples learn from 1M sentences.
 DEFAULT_TOKENIZER_SENTENCES = 500_000
 # Pairs tokenized in one call of the graph tokenizers.
 CHUNK_PAIRS = 4096
