@@ -304,6 +304,19 @@ def test_saved_model_cli_lists_the_signatures(exported):
     assert "outputs['source_truncated']" in shown.stdout and "DT_BOOL" in shown.stdout
 
 
+def test_the_signatures_table_is_what_the_export_serves(exported):
+    """Each row of `export.SIGNATURES` is a signature of the export, with the row's
+    inputs (names, dtypes, shapes) and outputs, and the export has no other."""
+    _, _, path = exported
+    loaded = tf.saved_model.load(str(path))
+    assert sorted(loaded.signatures) == sorted(row.name for row in export.SIGNATURES)
+    for row in export.SIGNATURES:
+        function = loaded.signatures[row.name]
+        _, inputs = function.structured_input_signature
+        assert inputs == {spec.name: spec for spec in row.inputs}, row.name
+        assert sorted(function.structured_outputs) == sorted(row.outputs), row.name
+
+
 def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_up(
     exported, monkeypatch, tmp_path
 ):

@@ -1,7 +1,8 @@
 """SavedModel export in the TF Serving layout: `<export_root>/<name>/<version>/`.
 
 The SavedModel holds the tokenizers, the weights and the decoding loops, and
-needs nothing but TensorFlow and tensorflow-text to run:
+needs nothing but TensorFlow and tensorflow-text to run. Its signatures, the
+rows of `SIGNATURES`:
 
     serving_default: text (string, [None]) -> translation (string, [None]),
                      score (float32, [None]),
@@ -40,11 +41,12 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
-from keras_transformer.inference import scoring
+from keras_transformer.inference.scoring import SCORE_OUTPUTS, SOURCE_SPEC, TARGET_SPEC
 from keras_transformer.inference.translator import (
     NUM_HYPOTHESES_SPEC,
     PREFIX_SPEC,
@@ -111,50 +113,63 @@ def latest_version_dir(path: str | os.PathLike) -> Path:
     return path / str(versions[-1])
 
 
-def _signatures(translator: Translator) -> dict:
-    def select(outputs):
-        return {key: outputs[key] for key in SIGNATURE_OUTPUTS}
+class Signature(NamedTuple):
+    """A signature of the export, a row of `SIGNATURES`.
 
-    @tf.function(input_signature=[TEXT_SPEC])
-    def serving_default(text):
-        return select(translator.translate(text))
+    name: the signature's name in the SavedModel.
+    method: the traced `Translator` method it calls.
+    inputs: the specs of its inputs; a spec's name is both the signature's input
+        key and the method's argument it is passed as.
+    outputs: the method's outputs it returns.
+    fixed: the method's arguments bound when exporting, each to the translator's
+        option of that name (`DecodingOptions`: the exported beam width).
+    """
 
-    @tf.function(input_signature=[TEXT_SPEC])
-    def beam_search(text):
-        return select(translator.translate_beam(text, tf.constant(translator.options.beam_width)))
-
-    @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC])
-    def score(source, target):
-        return translator.score(source, target)
-
-    return {"serving_default": serving_default, "beam_search": beam_search, "score": score}
+    name: str
+    method: str
+    inputs: tuple[tf.TensorSpec, ...]
+    outputs: tuple[str, ...]
+    fixed: tuple[str, ...] = ()
 
 
-def _nbest_and_prefix_signatures(translator: Translator) -> dict:
-    """`nbest`, `greedy_with_prefix` and `beam_search_with_prefix` (the export's width)."""
-    width = tf.constant(translator.options.beam_width)
+# The beam searches of the signatures search with the width the export is made with.
+EXPORTED_WIDTH = ("beam_width",)
+SIGNATURES = (
+    Signature("serving_default", "translate", (TEXT_SPEC,), SIGNATURE_OUTPUTS),
+    Signature("beam_search", "translate_beam", (TEXT_SPEC,), SIGNATURE_OUTPUTS, EXPORTED_WIDTH),
+    Signature("score", "score", (SOURCE_SPEC, TARGET_SPEC), SCORE_OUTPUTS),
+    Signature(
+        "nbest", "translate_nbest", (TEXT_SPEC, NUM_HYPOTHESES_SPEC), NBEST_OUTPUTS, EXPORTED_WIDTH
+    ),
+    Signature(
+        "greedy_with_prefix", "translate_with_prefix", (TEXT_SPEC, PREFIX_SPEC), PREFIX_OUTPUTS
+    ),
+    Signature(
+        "beam_search_with_prefix",
+        "translate_beam_with_prefix",
+        (TEXT_SPEC, PREFIX_SPEC),
+        PREFIX_OUTPUTS,
+        EXPORTED_WIDTH,
+    ),
+)
 
-    def select(outputs, keys):
-        return {key: outputs[key] for key in keys}
 
-    @tf.function(input_signature=[TEXT_SPEC, NUM_HYPOTHESES_SPEC])
-    def nbest(text, num_hypotheses):
-        return select(translator.translate_nbest(text, width, num_hypotheses), NBEST_OUTPUTS)
+def _signature_functions(translator: Translator) -> dict:
+    """`SIGNATURES` as the `tf.function`s `tf.saved_model.save` takes, by name."""
 
-    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
-    def greedy_with_prefix(text, prefix):
-        return select(translator.translate_with_prefix(text, prefix), PREFIX_OUTPUTS)
+    def function_of(signature: Signature):
+        method = getattr(translator, signature.method)
+        fixed = {name: tf.constant(getattr(translator.options, name)) for name in signature.fixed}
+        names = [spec.name for spec in signature.inputs]
 
-    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
-    def beam_search_with_prefix(text, prefix):
-        outputs = translator.translate_beam_with_prefix(text, prefix, width)
-        return select(outputs, PREFIX_OUTPUTS)
+        @tf.function(input_signature=list(signature.inputs))
+        def call(*inputs):
+            outputs = method(**dict(zip(names, inputs, strict=True)), **fixed)
+            return {key: outputs[key] for key in signature.outputs}
 
-    return {
-        "nbest": nbest,
-        "greedy_with_prefix": greedy_with_prefix,
-        "beam_search_with_prefix": beam_search_with_prefix,
-    }
+        return call
+
+    return {signature.name: function_of(signature) for signature in SIGNATURES}
 
 
 def export_translator(
@@ -213,7 +228,7 @@ def export_translator(
     remove_stale_staging(model_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}-{os.getpid()}-", dir=model_dir))
     try:
-        signatures = {**_signatures(translator), **_nbest_and_prefix_signatures(translator)}
+        signatures = _signature_functions(translator)
         tf.saved_model.save(translator, str(staging), signatures=signatures)
         staging.rename(target)
     finally:

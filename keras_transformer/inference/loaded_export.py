@@ -7,15 +7,50 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
-from keras_transformer.inference.export import latest_version_dir
+from keras_transformer.inference.export import (
+    NBEST_OUTPUTS,
+    PREFIX_OUTPUTS,
+    SIGNATURE_OUTPUTS,
+    latest_version_dir,
+)
+from keras_transformer.inference.scoring import SCORE_OUTPUTS
 
 
 def load_translator(path: str | os.PathLike):
     """The exported SavedModel at `path` (a version directory or a model directory)."""
     return tf.saved_model.load(str(latest_version_dir(path)))
+
+
+def _call_in_batches(
+    function, columns: dict[str, list], keys: tuple[str, ...], batch_size: int
+) -> dict[str, np.ndarray]:
+    """`function`'s outputs named in `keys` (those it gives) for the rows of `columns`, as
+    numpy arrays joined along the rows.
+
+    `function` is called with `batch_size` rows at a time, each column passed as a
+    string tensor under its key. It is called once at least, so that no rows give
+    outputs of no rows in the shapes `function` gives them. The outputs kept must
+    agree from batch to batch in every dimension but the first.
+    """
+    rows = len(next(iter(columns.values())))
+    batches = []
+    for start in range(0, max(rows, 1), batch_size):
+        batch = {key: column[start : start + batch_size] for key, column in columns.items()}
+        outputs = function(**{key: _strings(texts) for key, texts in batch.items()})
+        batches.append({key: outputs[key].numpy() for key in keys if key in outputs})
+    return {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
+
+
+def _strings(texts: list[str | bytes]) -> tf.Tensor:
+    return tf.constant(texts, tf.string, shape=[len(texts)])
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="replace")
 
 
 def translate_rows(
@@ -26,22 +61,21 @@ def translate_rows(
 ) -> list[tuple[str, float, bool]]:
     """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
     rows per call. source_truncated is False throughout with exports made before it existed."""
-    results: list[tuple[str, float, bool]] = []
-    for start in range(0, len(texts), batch_size):
-        text = tf.constant(texts[start : start + batch_size], tf.string)
-        if beam_width is None:
-            outputs = saved_model.signatures["serving_default"](text=text)
-        else:
-            outputs = saved_model.translate_beam(text, tf.constant(beam_width, tf.int32))
-        translations = outputs["translation"].numpy()
-        truncated = outputs.get("source_truncated", tf.zeros(len(translations), tf.bool))
-        results.extend(
-            (t.decode("utf-8", errors="replace"), float(s), bool(c))
-            for t, s, c in zip(
-                translations, outputs["score"].numpy(), truncated.numpy(), strict=True
-            )
-        )
-    return results
+    if beam_width is None:
+        search = saved_model.signatures["serving_default"]
+    else:
+        width = tf.constant(beam_width, tf.int32)
+
+        def search(text):
+            return saved_model.translate_beam(text, width)
+
+    outputs = _call_in_batches(search, {"text": texts}, SIGNATURE_OUTPUTS, batch_size)
+    translations = outputs["translation"]
+    truncated = outputs.get("source_truncated", np.zeros(len(translations), bool))
+    return [
+        (_text(t), float(s), bool(c))
+        for t, s, c in zip(translations, outputs["score"], truncated, strict=True)
+    ]
 
 
 def translate_nbest_rows(
@@ -54,26 +88,24 @@ def translate_nbest_rows(
     """Each text's `num_hypotheses` best (translation, score), best first, and whether its
     source was cut, with a loaded SavedModel: by beam search of `beam_width` (the
     export's `nbest` signature when None), `batch_size` rows per call."""
-    results: list[tuple[list[tuple[str, float]], bool]] = []
     k = tf.constant(num_hypotheses, tf.int32)
-    for start in range(0, len(texts), batch_size):
-        text = tf.constant(texts[start : start + batch_size], tf.string)
-        if beam_width is None:
-            outputs = saved_model.signatures["nbest"](text=text, num_hypotheses=k)
-        else:
-            outputs = saved_model.translate_nbest(text, tf.constant(beam_width, tf.int32), k)
+    if beam_width is None:
+
+        def search(text):
+            return saved_model.signatures["nbest"](text=text, num_hypotheses=k)
+    else:
+        width = tf.constant(beam_width, tf.int32)
+
+        def search(text):
+            return saved_model.translate_nbest(text, width, k)
+
+    outputs = _call_in_batches(search, {"text": texts}, NBEST_OUTPUTS, batch_size)
+    return [
+        ([(_text(t), float(s)) for t, s in zip(translations, scores, strict=True)], bool(cut))
         for translations, scores, cut in zip(
-            outputs["translations"].numpy(),
-            outputs["scores"].numpy(),
-            outputs["source_truncated"].numpy(),
-            strict=True,
-        ):
-            hypotheses = [
-                (t.decode("utf-8", errors="replace"), float(s))
-                for t, s in zip(translations, scores, strict=True)
-            ]
-            results.append((hypotheses, bool(cut)))
-    return results
+            outputs["translations"], outputs["scores"], outputs["source_truncated"], strict=True
+        )
+    ]
 
 
 def translate_prefixed_rows(
@@ -86,27 +118,27 @@ def translate_prefixed_rows(
     """`translate_rows` with each text's translation starting with its target prefix
     (text, one per text; "" for none): greedy, or beam search of `beam_width`. Each row is
     (translation, score, source_truncated, prefix_truncated)."""
-    results: list[tuple[str, float, bool, bool]] = []
-    for start in range(0, len(texts), batch_size):
-        text = tf.constant(texts[start : start + batch_size], tf.string)
-        prefix = tf.constant(prefixes[start : start + batch_size], tf.string)
-        if beam_width is None:
-            outputs = saved_model.translate_with_prefix(text, prefix)
-        else:
-            outputs = saved_model.translate_beam_with_prefix(
-                text, prefix, tf.constant(beam_width, tf.int32)
-            )
-        results.extend(
-            (t.decode("utf-8", errors="replace"), float(s), bool(c), bool(p))
-            for t, s, c, p in zip(
-                outputs["translation"].numpy(),
-                outputs["score"].numpy(),
-                outputs["source_truncated"].numpy(),
-                outputs["prefix_truncated"].numpy(),
-                strict=True,
-            )
+    if beam_width is None:
+        search = saved_model.translate_with_prefix
+    else:
+        width = tf.constant(beam_width, tf.int32)
+
+        def search(text, prefix):
+            return saved_model.translate_beam_with_prefix(text, prefix, width)
+
+    outputs = _call_in_batches(
+        search, {"text": texts, "prefix": prefixes}, PREFIX_OUTPUTS, batch_size
+    )
+    return [
+        (_text(t), float(s), bool(c), bool(p))
+        for t, s, c, p in zip(
+            outputs["translation"],
+            outputs["score"],
+            outputs["source_truncated"],
+            outputs["prefix_truncated"],
+            strict=True,
         )
-    return results
+    ]
 
 
 def translate_texts(
@@ -127,8 +159,7 @@ def score_pairs(saved_model, sources: list[bytes], targets: list[bytes]) -> dict
             "This export has no `score` signature (it was exported before scoring "
             "existed): export the run again."
         )
-    outputs = saved_model.signatures["score"](
-        source=tf.constant(sources, tf.string, shape=[len(sources)]),
-        target=tf.constant(targets, tf.string, shape=[len(targets)]),
-    )
-    return {key: value.numpy() for key, value in outputs.items()}
+    pairs = {"source": sources, "target": targets}
+    # One call for all the pairs; the signature itself refuses unequal row counts.
+    one_batch = max(len(sources), len(targets), 1)
+    return _call_in_batches(saved_model.signatures["score"], pairs, SCORE_OUTPUTS, one_batch)
