@@ -382,7 +382,7 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, caps
         patch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
         assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
     (second,) = saved
-    assert (second.max_source_length, second.sub_batch_size) == (6, 8)
+    assert (second.max_source_length, second.options.sub_batch_size) == (6, 8)
     assert second.translate(tf.constant(text))["source_truncated"].numpy().tolist() == [True, True]
     # `translate` says which rows were cut, apart from the translations.
     capsys.readouterr()
