@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from keras_transformer import layers
 from keras_transformer.constants import START_ID
+from keras_transformer.inference.batch_decoding import tf_variable
 from keras_transformer.inference.translator import Translator as BatchTranslator
 from keras_transformer.layers import (
     BaseAttention,
@@ -140,7 +141,7 @@ class Translator(tf.Module):
         # out of the tracked object graph.
         self.source_tokenizer = tokenizers.pt
         self.target_tokenizer = tokenizers.en
-        self.model_variables = [_tf_variable(v) for v in transformer.variables]
+        self.model_variables = [tf_variable(v) for v in transformer.variables]
         self._untracked = types.SimpleNamespace(transformer=transformer, decoders={})
         _notebook.tokenizers = tokenizers
 
@@ -270,8 +271,3 @@ def _labels(tokens) -> list[str]:
     """Tick labels from a string tensor or a list of str / bytes."""
     values = tokens.numpy() if hasattr(tokens, "numpy") else tokens
     return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in values]
-
-
-def _tf_variable(variable):
-    """The `tf.Variable` behind a Keras variable (the object a SavedModel tracks)."""
-    return variable if isinstance(variable, tf.Variable) else variable.value

@@ -211,7 +211,7 @@ class BatchDecoder(tf.Module):
         # signature would trace it with float inputs); its variables are tracked
         # instead, which is all the traced functions use.
         self._keras = types.SimpleNamespace(model=model)
-        self.model_variables = [_tf_variable(v) for v in model.variables]
+        self.model_variables = [tf_variable(v) for v in model.variables]
         # Tracked, so that an export saves them beside the model's variables. The
         # uncached path re-runs the Keras layers and never reads them.
         self.fused_weights = (
@@ -307,8 +307,6 @@ class BatchDecoder(tf.Module):
         )
 
 
-def _tf_variable(variable):
+def tf_variable(variable):
     """The `tf.Variable` behind a Keras variable (the object a SavedModel tracks)."""
-    return (
-        getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
-    )
+    return variable if isinstance(variable, tf.Variable) else variable.value

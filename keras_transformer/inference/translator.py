@@ -9,7 +9,8 @@ detokenization. That is what `export.py` writes into a SavedModel.
 
 A translator is its two tokenizers, a `BatchDecoder` (`batch_decoding.py`: the
 searches, the length policy, the bounded sub-batches and XLA's shapes) and the
-traced functions between them; the strings' cuts are `inputs.py`'s.
+traced functions between them; the strings' cuts are `inputs.py`'s. It stays one
+module because its traced functions are methods of the one object a SavedModel tracks.
 """
 
 from __future__ import annotations
@@ -121,11 +122,11 @@ class Translator(tf.Module):
 
     # -- graph pieces --------------------------------------------------------
 
-    def _decode(self, text, prefix=None, **search):
-        """The decoder's search (`BatchDecoder.decode`'s `search` arguments) over `text`:
-        `(ids, truncated, result, outputs)`, the source ids and cuts (`source_tokens`),
-        the `DecodeResult` and, with `prefix` (target-side strings, one a row),
-        `prefix_truncated`. A `SamplingSearch` given as `sampling` runs instead."""
+    def _decode(self, text, prefix=None, sampling=None, **search):
+        """The decoder's search (`BatchDecoder.decode`'s `search` arguments), or the
+        `SamplingSearch` `sampling`, over `text`: `(ids, truncated, result, outputs)`,
+        the source ids and cuts (`source_tokens`), the `DecodeResult` and, with `prefix`
+        (target-side strings, one a row), `prefix_truncated`."""
         ids, truncated = inputs.source_tokens(self.source_tokenizer, text, self.max_source_length)
         outputs = {}
         if prefix is not None:
@@ -136,7 +137,6 @@ class Translator(tf.Module):
                 prefix, outputs["prefix_truncated"] = inputs.target_tokens(
                     self.target_tokenizer, prefix, self.max_length
                 )
-        sampling = search.pop("sampling", None)
         if sampling is None:
             result = self.decoder.decode(ids, prefix=prefix, **search)
         else:
