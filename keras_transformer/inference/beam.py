@@ -11,7 +11,9 @@ search is done (`keep_decoding_rows`).
 The module holds the beams' state, their step, the stopping rule and the choice of
 the k best finished hypotheses (n-best lists), which keep one invariant: once the
 search stops, no unfinished hypothesis beats a finished one. The candidates' ranking
-is `candidates.py`; the loop shared with greedy search is `search.py`.
+is `candidates.py`; the loop shared with greedy search is `search.py`. The state, the
+step and the stopping rule stay in one module because together they keep that
+invariant.
 """
 
 from __future__ import annotations

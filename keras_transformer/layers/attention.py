@@ -13,6 +13,9 @@ weights; `GlobalSelfAttention` is the encoder's, `CausalSelfAttention` and
 Masks are passed explicitly by the stacks (see `masks.py`). Called without
 one, as the tutorial calls them, the layers use the Keras mask their inputs
 carry (set by `PositionalEmbedding`), and pass it on to their output.
+
+The four classes stay in one module: the three subclasses differ from `BaseAttention`
+only in their keys, values and mask, and read its weights and config directly.
 """
 
 from __future__ import annotations

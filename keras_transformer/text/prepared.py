@@ -22,7 +22,10 @@ batches of an epoch from the lengths alone, without a pass over the ids.
 The module reads a prepared directory for training, from its checked index
 (`read_index`) to the batches `fit` takes: the directory (`PreparedData`), its shard
 files (`_IdFile`, read with `os.pread` through a bounded set of open files), a
-split's pairs (`PreparedSplit`) and the batches (`PreparedBatches`).
+split's pairs (`PreparedSplit`) and the batches (`PreparedBatches`). It is one
+module because each class reads the one below it (batches from a split, a split from
+the directory's shards), and together they are the directory's reader; writing one is
+`training/prepare.py`'s.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ that these fields and the model's lists name the same options.
 This module holds the settings, how they are read (a dict, a JSON file, a prepared
 directory's tokenizer) and what they give the model and the tokenizer
 (`model_kwargs`, `tokenizer_kwargs`); the checks of a whole config
-(`TrainConfig.validate`) live beside it, in config_checks.py.
+(`TrainConfig.validate`) live beside it, in config_checks.py. The settings stay in
+one module because each is a field written once with its default and its help, and
+those field definitions are most of its length.
 """
 
 from __future__ import annotations

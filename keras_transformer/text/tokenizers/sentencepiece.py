@@ -18,7 +18,9 @@ pieces ("byte fallback") and come back intact; [UNK] is never produced.
 The module learns a model (`learn_sentencepiece_model`), writes and reads it
 (`write_sentencepiece_model`, `read_sentencepiece_model`) and runs it
 (`SentencePieceTokenizer`), with the op's resource (`SentencepieceModel`) and the
-quiet charsmap its model loads with.
+quiet charsmap its model loads with. They stay together because each step reads
+the same model proto and normalization settings: split apart, learning and running
+could drift into two notions of one model.
 """
 
 from __future__ import annotations
