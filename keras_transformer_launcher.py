@@ -17,16 +17,27 @@ import logging
 import os
 import sys
 import tempfile
+from pathlib import Path
 
-from keras_transformer_commands import COMMANDS, command, command_list_parser, verbose_requested
+from keras_transformer_commands import (
+    COMMANDS,
+    command,
+    command_list_parser,
+    flags_before_separator,
+    verbose_requested,
+)
 
-# Commands that only decode run on TensorFlow's Eigen CPU kernels. Where TensorFlow
-# turns its oneDNN kernels on by default (Linux, CPUs with AVX512-VNNI, AVX512-BF16 or
-# AMX), they decode slower than Eigen's while they train faster: `train` and `demo`
-# keep the default (figures: benchmarks/RESULTS.md, "Figures behind design choices"). `plot
-# attention` decodes one sentence, too little to matter. A value the user set is kept.
+# Commands that only decode run small models on TensorFlow's Eigen CPU kernels. Where
+# TensorFlow turns its oneDNN kernels on by default (Linux, CPUs with AVX512-VNNI,
+# AVX512-BF16 or AMX), those decode slower than Eigen's while they train faster: `train`
+# and `demo` keep the default. A model of base size (d_model 512: the base preset,
+# OPUS-MT) decodes at least as fast on oneDNN's, whose matrix products by a wide
+# vocabulary are faster: an export whose variables take `LARGE_EXPORT_BYTES` or more keeps
+# the default too (figures: benchmarks/RESULTS.md, "Figures behind design choices").
+# `plot attention` decodes one sentence, too little to matter. A value the user set is kept.
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
 KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+LARGE_EXPORT_BYTES = 100 * 10**6
 
 
 @contextlib.contextmanager
@@ -65,9 +76,29 @@ def _quiet_tensorflow() -> None:
         import tensorflow  # noqa: F401
 
 
+def _export_bytes(argv: list[str]) -> int:
+    """The size of the variables of the SavedModel that `--model` names (of its largest
+    version, for an export root's model directory); 0 when there is none (the command
+    itself then says what is wrong)."""
+    flags = flags_before_separator(argv)
+    model = next((value for flag, value in zip(flags, flags[1:]) if flag == "--model"), None)
+    model = next((arg.split("=", 1)[1] for arg in flags if arg.startswith("--model=")), model)
+    if model is None:
+        return 0
+    path = Path(model)
+    return max(
+        (
+            sum(data.stat().st_size for data in version.glob("variables/variables.data-*"))
+            for version in (path, *path.glob("*"))
+        ),
+        default=0,
+    )
+
+
 def _choose_kernels(argv: list[str], environ=os.environ) -> None:
-    """Eigen kernels for a command that only decodes, unless the user chose."""
-    if command(argv) in DECODE_ONLY_COMMANDS:
+    """Eigen kernels for a command that only decodes a model smaller than base size,
+    unless the user chose."""
+    if command(argv) in DECODE_ONLY_COMMANDS and _export_bytes(argv) < LARGE_EXPORT_BYTES:
         environ.setdefault(KERNELS_VARIABLE, "0")
 
 

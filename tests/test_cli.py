@@ -491,14 +491,41 @@ def test_the_launcher_lists_the_commands_the_library_parses():
     ],
 )
 def test_commands_that_only_decode_run_on_eigen_kernels(argv, chosen):
-    """`translate` and `evaluate` ask TensorFlow for its Eigen CPU kernels, which
-    decoded faster than oneDNN's; training keeps TensorFlow's default."""
+    """`translate` and `evaluate` of a small model (here: no export) ask TensorFlow for its
+    Eigen CPU kernels, which decode it faster than oneDNN's; training keeps TensorFlow's
+    default."""
     environ = {}
     launcher._choose_kernels(argv, environ)
     assert environ.get(launcher.KERNELS_VARIABLE) == chosen
     mine = {launcher.KERNELS_VARIABLE: "1"}  # the user's choice is kept
     launcher._choose_kernels(argv, mine)
     assert mine == {launcher.KERNELS_VARIABLE: "1"}
+
+
+def test_exports_of_base_size_keep_the_default_kernels(tmp_path):
+    """An export whose variables take `LARGE_EXPORT_BYTES` or more (a base-size model,
+    which decodes at least as fast on oneDNN's kernels) keeps TensorFlow's default, named
+    by its directory, a version of it, or `--model=`; a smaller one runs on Eigen's."""
+
+    def variables(version: Path, size: int) -> None:
+        data = version / "variables" / "variables.data-00000-of-00001"
+        data.parent.mkdir(parents=True)
+        with open(data, "wb") as file:
+            file.truncate(size)  # sparse: no disk written
+
+    large, small = tmp_path / "marian", tmp_path / "numbers"
+    variables(large / "1", 1000)
+    variables(large / "2", launcher.LARGE_EXPORT_BYTES)
+    variables(small / "1", launcher.LARGE_EXPORT_BYTES - 1)
+    for argv, chosen in (
+        (["translate", "--model", str(large), "x"], None),
+        (["evaluate", f"--model={large / '2'}", "--src", "s", "--ref", "r"], None),
+        (["translate", "--model", str(small), "x"], "0"),
+        (["translate", "--model", str(tmp_path / "absent"), "x"], "0"),
+    ):
+        environ = {}
+        launcher._choose_kernels(argv, environ)
+        assert environ.get(launcher.KERNELS_VARIABLE) == chosen, argv
 
 
 def test_the_launcher_chooses_the_kernels_before_tensorflow_loads(monkeypatch):
