@@ -81,8 +81,12 @@ def _export_bytes(argv: list[str]) -> int:
     version, for an export root's model directory); 0 when there is none (the command
     itself then says what is wrong)."""
     flags = flags_before_separator(argv)
-    model = next((value for flag, value in zip(flags, flags[1:]) if flag == "--model"), None)
-    model = next((arg.split("=", 1)[1] for arg in flags if arg.startswith("--model=")), model)
+    model = None
+    for flag, following in zip(flags, [*flags[1:], None]):  # the last one counts, as in argparse
+        if flag == "--model":
+            model = following
+        elif flag.startswith("--model="):
+            model = flag.partition("=")[2]
     if model is None:
         return 0
     path = Path(model)
