@@ -1,6 +1,8 @@
 """Translator: strings in, strings out, every row answered."""
 
 import dataclasses
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -120,6 +122,20 @@ def test_source_relative_cap_reaches_every_search(tiny_translation_model):
     np.testing.assert_array_equal(
         default(tiny.sentences)["tokens"], uncapped(tiny.sentences)["tokens"]
     )
+
+
+def test_a_translator_s_traced_graphs_go_with_it(tiny_translation_model):
+    """A process that builds translator after translator (a server that reloads its
+    model, a test suite) keeps none of their traced graphs: nothing global holds them."""
+    tiny = tiny_translation_model
+    translator = Translator(tiny.model, tiny.source_tokenizer, tiny.target_tokenizer)
+    graphs = [
+        weakref.ref(search.get_concrete_function().graph)
+        for search in (translator.translate, translator.translate_beam)
+    ]
+    del translator
+    gc.collect()
+    assert [graph() for graph in graphs] == [None, None]
 
 
 @pytest.mark.parametrize("tied", [True, False])

@@ -21,9 +21,19 @@ class LayerNormalization(keras.layers.LayerNormalization):
     axes, or without both `gamma` and `beta`, use Keras' own computation, and
     so do JAX and PyTorch, whose compilers fuse the automatic gradient
     (`backend.WRITTEN_OUT_LAYER_NORM_GRADIENT`).
+
+    The written-out gradient is attached in training calls only (`training=True`, as
+    `fit` calls every layer). Elsewhere the layer computes the same forward ops
+    without it, and gradients, where someone takes them, come from automatic
+    differentiation. The reason is memory: `tf.custom_gradient` in a traced
+    function registers its gradient in TensorFlow's global registry for as long as
+    the process lives, and that gradient holds the traced graph. Every
+    translator, export or `predict` trace would then stay in memory after its
+    model is gone (the test suite's processes peaked at 9-11 GB with that, 7 GB
+    without).
     """
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         if (
             not backend.WRITTEN_OUT_LAYER_NORM_GRADIENT
             or self.axis not in ([-1], [len(inputs.shape) - 1])
@@ -32,7 +42,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
             return super().call(inputs)
         # Computed in float32 at least, as Keras does, for half-precision inputs.
         dtype = tf.float32 if inputs.dtype in (tf.float16, tf.bfloat16) else inputs.dtype
-        outputs = _normalize(
+        normalize = _normalize_with_written_out_gradient if training else layer_norm
+        outputs = normalize(
             tf.cast(inputs, dtype),
             tf.cast(self.gamma, dtype),
             tf.cast(self.beta, dtype),
@@ -56,7 +67,7 @@ def layer_norm(x, gamma, beta, epsilon):
     return _standardize(x, epsilon)[0] * gamma + beta
 
 
-def _normalize(x, gamma, beta, epsilon):
+def _normalize_with_written_out_gradient(x, gamma, beta, epsilon):
     @tf.custom_gradient
     def normalize(x, gamma, beta):
         normalized, inverse_std = _standardize(x, epsilon)
