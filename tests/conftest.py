@@ -73,9 +73,10 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-# Test id -> the memory the test added to its process, in GB. A process keeps what
-# TensorFlow traced (graphs, XLA's compiled code) until it ends, so a test's growth
-# stays with its pytest worker: the summary names the files and tests that grow most.
+# Test id -> the memory the test added to its process, in GB. A process keeps some of
+# what TensorFlow built until it ends (XLA's compiled code, each traced training step,
+# which holds the layer norm's registered gradient), so a test's growth stays with its
+# pytest worker: the summary names the files and tests that grow most.
 _GROWTH: dict[str, float] = {}
 
 
