@@ -63,3 +63,11 @@ def test_layer_norm_keeps_keras_weights_and_config():
     layer.build((None, D))
     assert [w.name for w in layer.weights] == ["gamma", "beta"]
     assert LayerNormalization.from_config(layer.get_config()).epsilon == 1e-5
+
+
+def test_keras_rms_form_is_left_to_keras():
+    # Keras' deprecated `rms_scaling=True` builds gamma without beta: Keras computes it.
+    layer = LayerNormalization(epsilon=1e-5, rms_scaling=True)
+    x = features()
+    want = keras.layers.LayerNormalization(epsilon=1e-5, rms_scaling=True)(x)
+    assert_close(layer(x, training=True), want, atol=1e-6)

@@ -18,19 +18,19 @@ class LayerNormalization(keras.layers.LayerNormalization):
     a Transformer step runs dozens of layer norms on small tensors, where op
     count, not arithmetic, sets the cost. The gradient here is the closed form
     (five elementwise ops and three row reductions). Layer norms over other
-    axes, or without both `gamma` and `beta`, use Keras' own computation, and
-    so do JAX and PyTorch, whose compilers fuse the automatic gradient
+    axes, without both `gamma` and `beta`, or RMS-scaled, use Keras' own
+    computation, and so do JAX and PyTorch, whose compilers fuse the automatic gradient
     (`backend.WRITTEN_OUT_LAYER_NORM_GRADIENT`).
 
-    The written-out gradient is attached in training calls only (`training=True`, as
-    `fit` calls every layer). Elsewhere the layer computes the same forward ops
-    without it, and gradients, where someone takes them, come from automatic
-    differentiation. The reason is memory: `tf.custom_gradient` in a traced
-    function registers its gradient in TensorFlow's global registry for as long as
-    the process lives, and that gradient holds the traced graph. Every
-    translator, export or `predict` trace would then stay in memory after its
-    model is gone (the test suite's processes peaked at 9-11 GB with that, 7 GB
-    without).
+    The written-out gradient is attached in training calls only (`training=True`:
+    `fit` calls the model so, and Keras passes it on to each layer). Elsewhere the
+    layer computes the same forward ops without it, and gradients, where someone
+    takes them, come from automatic differentiation. The reason is memory:
+    `tf.custom_gradient` in a traced function registers its gradient in
+    TensorFlow's global registry for as long as the process lives, and that
+    gradient holds the traced graph. Every translator, export or `predict` trace
+    would then stay in memory after its model is gone (the test suite's processes
+    peaked at 9-11 GB with that, 7 GB without).
     """
 
     def call(self, inputs, training=None):
@@ -38,6 +38,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
             not backend.WRITTEN_OUT_LAYER_NORM_GRADIENT
             or self.axis not in ([-1], [len(inputs.shape) - 1])
             or not (self.center and self.scale)
+            or self.rms_scaling  # Keras' deprecated RMS form builds no beta
         ):
             return super().call(inputs)
         # Computed in float32 at least, as Keras does, for half-precision inputs.
