@@ -38,7 +38,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
             not backend.WRITTEN_OUT_LAYER_NORM_GRADIENT
             or self.axis not in ([-1], [len(inputs.shape) - 1])
             or not (self.center and self.scale)
-            or self.rms_scaling  # Keras' deprecated RMS form builds no beta
+            or getattr(self, "rms_scaling", False)  # Keras' deprecated RMS form: no beta
         ):
             return super().call(inputs)
         # Computed in float32 at least, as Keras does, for half-precision inputs.
