@@ -29,8 +29,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
     `tf.custom_gradient` in a traced function registers its gradient in
     TensorFlow's global registry for as long as the process lives, and that
     gradient holds the traced graph. Every translator, export or `predict` trace
-    would then stay in memory after its model is gone (the test suite's processes
-    peaked at 9-11 GB with that, 7 GB without).
+    would then stay in memory after its model is gone (figures: benchmarks/RESULTS.md,
+    "The test suite's time").
     """
 
     def call(self, inputs, training=None):
