@@ -328,3 +328,39 @@ def test_preparing_data_does_not_import_the_training_run():
     imported = reachable(graph, "keras_transformer.training.prepare")
     assert "keras_transformer.training.tokenizer_files" in imported
     assert "keras_transformer.training.run" not in imported
+
+
+def test_the_package_s_traced_functions_skip_autograph():
+    """Every `tf.function` of the package is made with `autograph=False` (translator.py
+    says why), the tutorial's excepted: its code is the tutorial's, which loops over
+    `tf.range` in Python and needs AutoGraph."""
+    missing = []
+    for path in modules():
+        if relative(path) == "tutorial.py":
+            continue
+        tree = parsed(path)
+        references = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "function"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "tf"
+        ]
+        without_autograph = {
+            id(node.func)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and any(
+                k.arg == "autograph"
+                and isinstance(k.value, ast.Constant)
+                and k.value.value is False
+                for k in node.keywords
+            )
+        }
+        # A bare `@tf.function` or a call without the keyword.
+        missing += [
+            f"{relative(path)}:{n.lineno}" for n in references if id(n) not in without_autograph
+        ]
+    assert missing == []
+    assert "tutorial.py" in {relative(path) for path in modules()}

@@ -162,7 +162,7 @@ def _signature_functions(translator: Translator) -> dict:
         fixed = {name: tf.constant(getattr(translator.options, name)) for name in signature.fixed}
         names = [spec.name for spec in signature.inputs]
 
-        @tf.function(input_signature=list(signature.inputs))
+        @tf.function(input_signature=list(signature.inputs), autograph=False)
         def call(*inputs):
             outputs = method(**dict(zip(names, inputs, strict=True)), **fixed)
             return {key: outputs[key] for key in signature.outputs}

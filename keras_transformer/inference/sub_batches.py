@@ -288,7 +288,7 @@ class CompiledSearch:
                 search = self.search.replace(max_length=steps)
                 return search(model, context_ids, row_limits, fused_weights, stream)
 
-            return tf.function(run, jit_compile=True)
+            return tf.function(run, jit_compile=True, autograph=False)
 
         searches = [compiled(n) for n in self.bucket_steps]
         width = self.steps(model)

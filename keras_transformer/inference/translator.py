@@ -11,6 +11,11 @@ A translator is its two tokenizers, a `BatchDecoder` (`batch_decoding.py`: the
 searches, the length policy, the bounded sub-batches and XLA's shapes) and the
 traced functions between them; the strings' cuts are `inputs.py`'s. It stays one
 module because its traced functions are methods of the one object a SavedModel tracks.
+
+The package's traced functions are traced without AutoGraph (`autograph=False`): their
+code branches and loops with `tf.cond` and `tf.while_loop` already, and AutoGraph's
+rewrite of every function they call cost more than half of an export of the tiny test
+model in a fresh process (75 s of it; 23 s without).
 """
 
 from __future__ import annotations
@@ -156,20 +161,20 @@ class Translator(tf.Module):
             "context_ids": _padded(ids),
         }
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def translate(self, text):
         """Greedy translation: dict of translation, score (log-prob), source_truncated,
         tokens, lengths, context_ids."""
         return self._translate(text)
 
-    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC], autograph=False)
     def translate_beam(self, text, beam_width):
         """Beam-search translation with any `beam_width`; same outputs as `translate`."""
         return self._translate(text, beam_width=beam_width)
 
     # -- n-best lists and target prefixes --------------------------------------
 
-    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC], autograph=False)
     def translate_with_prefix(self, text, prefix):
         """Greedy translation continuing each row's target `prefix` (text, "" for none):
         `translate`'s outputs, the translation starting with the prefix and the score
@@ -178,13 +183,13 @@ class Translator(tf.Module):
         with `jit_compile` (XLA's searches take no prefix)."""
         return self._translate(text, prefix)
 
-    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC, BEAM_WIDTH_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, PREFIX_SPEC, BEAM_WIDTH_SPEC], autograph=False)
     def translate_beam_with_prefix(self, text, prefix, beam_width):
         """Beam-search translation continuing each row's target `prefix`; the outputs of
         `translate_with_prefix`."""
         return self._translate(text, prefix, beam_width=beam_width)
 
-    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC, NUM_HYPOTHESES_SPEC])
+    @tf.function(input_signature=[TEXT_SPEC, BEAM_WIDTH_SPEC, NUM_HYPOTHESES_SPEC], autograph=False)
     def translate_nbest(self, text, beam_width, num_hypotheses):
         """Each row's `num_hypotheses` best translations by beam search, best first (an
         InvalidArgumentError unless 1 <= num_hypotheses <= beam_width).
@@ -213,7 +218,7 @@ class Translator(tf.Module):
             "context_ids": _padded(ids),
         }
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def serving_limits(self):
         """The bounds of this translator, readable from its SavedModel.
 
@@ -230,7 +235,7 @@ class Translator(tf.Module):
 
     # -- scoring given translations ------------------------------------------
 
-    @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC])
+    @tf.function(input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC], autograph=False)
     def score(self, source, target):
         """Teacher-forced scores of given translations `target` of `source` (`scoring.py`).
 
@@ -370,6 +375,7 @@ class Translator(tf.Module):
             function = tf.function(
                 lambda text, prefix=None: self._translate(text, prefix, sampling=search),
                 reduce_retracing=True,
+                autograph=False,
             )
             self._sampling_functions[key] = function
         return function(text, prefix)

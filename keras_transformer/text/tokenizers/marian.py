@@ -143,7 +143,7 @@ class MarianTokenizer(tf.Module):
         """Writes the tokenizer file (atomically) and returns its path."""
         return write_marian_tokenizer(path, self._model_proto, self._pieces)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """`(batch,)` strings -> ragged int64 ids `(batch, None)`: [START], an optional
         language code, the pieces' ids, [END]."""
@@ -173,7 +173,7 @@ class MarianTokenizer(tf.Module):
         ends = tf.fill(shape, tf.constant(END_ID, tf.int64))
         return tf.concat([starts, codes, pieces, ends], axis=1)
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):
         """Ragged ids `(batch, None)` -> `(batch,)` strings, as `MarianTokenizer.decode(ids,
         skip_special_tokens=True)`: reserved and unknown ids dropped."""
@@ -182,7 +182,7 @@ class MarianTokenizer(tf.Module):
         text = tf.strings.reduce_join(ids.with_flat_values(self._piece(ids.flat_values)), axis=1)
         return tf.strings.strip(tf.strings.regex_replace(text, _WORD_START, " "))
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def lookup(self, ids):
         """Ragged ids -> ragged piece strings; ids outside the vocabulary read as [UNK]'s."""
         return ids.with_flat_values(self._piece(ids.flat_values))
@@ -191,7 +191,7 @@ class MarianTokenizer(tf.Module):
         known = (ids >= 0) & (ids < self.vocab_size)
         return tf.gather(self._piece_strings, tf.where(known, ids, tf.constant(UNK_ID, tf.int64)))
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_vocab_size(self):
         """The number of ids as a scalar tensor (callable on a loaded SavedModel)."""
         return tf.constant(self.vocab_size)

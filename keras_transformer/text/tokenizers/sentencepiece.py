@@ -271,12 +271,12 @@ class SentencePieceTokenizer(tf.Module):
             strings, self.lower_case, self.normalization_form, collapse_whitespace=True
         )
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def normalize(self, strings):
         """`(batch,)` strings as the tokenizer sees them, and as `detokenize` gives them back."""
         return self._normalize(strings)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
         return self._tokenize(strings, nbest_size=0, alpha=1.0)  # the best segmentation
@@ -316,7 +316,7 @@ class SentencePieceTokenizer(tf.Module):
         ends = tf.fill(shape, tf.constant(END_ID, tf.int64))
         return tf.concat([starts, ids, ends], axis=1)
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):
         """Ragged ids `(batch, None)` -> `(batch,)` strings; reserved and unknown ids dropped."""
         keep = (ids >= len(RESERVED_TOKENS)) & (ids < self._vocab_size)
@@ -330,7 +330,7 @@ class SentencePieceTokenizer(tf.Module):
             reverse=False,
         )
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def lookup(self, ids):
         """Ragged ids -> ragged piece strings ("▁" marks a word start; reserved pieces kept).
 
@@ -346,7 +346,7 @@ class SentencePieceTokenizer(tf.Module):
             self._model.resource_handle, tf.cast(ids, tf.int32)
         )
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_vocab_size(self):
         """The number of ids as a scalar tensor (callable on a loaded SavedModel)."""
         return tf.constant(self._vocab_size)

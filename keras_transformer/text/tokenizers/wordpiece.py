@@ -123,7 +123,7 @@ class Tokenizer(tf.Module):
         """Number of ids, reserved tokens included."""
         return self._vocab_size
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """`(batch,)` strings -> ragged int64 ids `(batch, None)` with START/END."""
         strings = normalize_text(strings, self.lower_case, self.normalization_form)
@@ -140,7 +140,7 @@ class Tokenizer(tf.Module):
         ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))
         return tf.concat([starts, ids, ends], axis=1)
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):
         """Ragged ids `(batch, None)` -> `(batch,)` strings without reserved tokens."""
         ids = tf.ragged.boolean_mask(ids, ids >= len(RESERVED_TOKENS))
@@ -149,12 +149,12 @@ class Tokenizer(tf.Module):
         # A "##" piece continues the word before it.
         return tf.strings.regex_replace(text, " ##", "")
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def lookup(self, ids):
         """Ragged ids -> ragged token strings (word pieces, reserved tokens kept)."""
         return tf.gather(self.vocab, ids)
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_vocab_size(self):
         """The number of ids as a scalar tensor (callable on a loaded SavedModel)."""
         return tf.constant(self._vocab_size)
