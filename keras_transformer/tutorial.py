@@ -199,7 +199,7 @@ class ExportTranslator(tf.Module):
         super().__init__()
         self.translator = translator
 
-    @tf.function(input_signature=[tf.TensorSpec(shape=[], dtype=tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec(shape=[], dtype=tf.string)], autograph=False)
     def __call__(self, sentence):
         # Only the text: the served graph skips the attention pass.
         text, _, _ = self.translator.decode(sentence, max_length=MAX_TOKENS)

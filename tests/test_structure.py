@@ -332,12 +332,9 @@ def test_preparing_data_does_not_import_the_training_run():
 
 def test_the_package_s_traced_functions_skip_autograph():
     """Every `tf.function` of the package is made with `autograph=False` (translator.py
-    says why), the tutorial's excepted: its code is the tutorial's, which loops over
-    `tf.range` in Python and needs AutoGraph."""
+    says why), whether written `tf.function`, `tensorflow.function` or imported by name."""
     missing = []
     for path in modules():
-        if relative(path) == "tutorial.py":
-            continue
         tree = parsed(path)
         references = [
             node
@@ -345,7 +342,7 @@ def test_the_package_s_traced_functions_skip_autograph():
             if isinstance(node, ast.Attribute)
             and node.attr == "function"
             and isinstance(node.value, ast.Name)
-            and node.value.id == "tf"
+            and node.value.id in ("tf", "tensorflow")
         ]
         without_autograph = {
             id(node.func)
@@ -362,5 +359,12 @@ def test_the_package_s_traced_functions_skip_autograph():
         missing += [
             f"{relative(path)}:{n.lineno}" for n in references if id(n) not in without_autograph
         ]
+        # `function` imported from TensorFlow would escape the check above.
+        missing += [
+            f"{relative(path)}:{node.lineno} imports it by name"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("tensorflow")
+            and any(alias.name == "function" for alias in node.names)
+        ]
     assert missing == []
-    assert "tutorial.py" in {relative(path) for path in modules()}
