@@ -144,17 +144,30 @@ def test_mixed_float16_on_gpu_reaches_the_same_loss(baseline):
 
 
 def projected_ranks(model):
-    """Records the rank of every feature tensor the model projects to logits,
-    and of every input to the first encoder and decoder feed-forward sublayers."""
+    """Records the rank of every feature tensor the model's training step projects to
+    logits, and of every input to the first encoder and decoder feed-forward sublayers
+    there (not in the symbolic call that builds the model before the step is traced)."""
     ranks = []
+    in_training_step = []
 
     def spy(function):
         def recorded(features, *args, **kwargs):
-            ranks.append(features.shape.rank)
+            if in_training_step:
+                ranks.append(features.shape.rank)
             return function(features, *args, **kwargs)
 
         return recorded
 
+    keras_step = model.train_step
+
+    def training_step(*args):
+        in_training_step.append(True)
+        try:
+            return keras_step(*args)
+        finally:
+            in_training_step.pop()
+
+    model.train_step = training_step
     model.project = spy(model.project)
     for layer in (model.encoder.enc_layers[0], model.decoder.dec_layers[0]):
         layer.ffn.call = spy(layer.ffn.call)
