@@ -139,8 +139,7 @@ def test_fit_lowers_the_loss():
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
 
 
-@pytest.mark.parametrize("data", ["arrays", "dataset"])
-@pytest.mark.parametrize("built", [True, False])
+@pytest.mark.parametrize(("built", "data"), [(True, "arrays"), (False, "dataset")])
 def test_fit_traces_its_training_step_once(built, data):
     # The model, its metrics and its optimizer are built before `fit` traces the
     # step; Keras on TensorFlow would otherwise create their variables in the
