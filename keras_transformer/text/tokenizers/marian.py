@@ -39,7 +39,8 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
 )
 
 from keras_transformer.atomic import write_atomically
-from keras_transformer.constants import END_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from keras_transformer.constants import RESERVED_TOKENS, START_ID, UNK_ID
+from keras_transformer.text.tokenizers.framing import between_start_and_end
 from keras_transformer.text.tokenizers.sentencepiece import SentencepieceModel
 
 FORMAT = "keras_transformer.marian_tokenizer/1"
@@ -168,10 +169,7 @@ class MarianTokenizer(tf.Module):
             tf.cast(has_code, tf.int64),
             validate=False,
         )
-        shape = tf.stack([tf.shape(strings, out_type=tf.int64)[0], 1])
-        starts = tf.fill(shape, tf.constant(START_ID, tf.int64))
-        ends = tf.fill(shape, tf.constant(END_ID, tf.int64))
-        return tf.concat([starts, codes, pieces, ends], axis=1)
+        return between_start_and_end(tf.concat([codes, pieces], axis=1))
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):

@@ -56,6 +56,7 @@ from keras_transformer.constants import (
     UNK,
     UNK_ID,
 )
+from keras_transformer.text.tokenizers.framing import between_start_and_end
 from keras_transformer.text.tokenizers.normalization import normalize_text
 from keras_transformer.text.tokenizers.settings import (  # noqa: F401  (their home before)
     BYTE_PIECES,
@@ -311,10 +312,7 @@ class SentencePieceTokenizer(tf.Module):
             out_type=tf.int32,
         )
         ids = tf.RaggedTensor.from_row_splits(tf.cast(values, tf.int64), row_splits, validate=False)
-        shape = tf.stack([tf.shape(strings, out_type=tf.int64)[0], 1])
-        starts = tf.fill(shape, tf.constant(START_ID, tf.int64))
-        ends = tf.fill(shape, tf.constant(END_ID, tf.int64))
-        return tf.concat([starts, ids, ends], axis=1)
+        return between_start_and_end(ids)
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):
