@@ -1,5 +1,6 @@
 """The full encoder-decoder: mask invariants, saving, mixed precision, errors."""
 
+import itertools
 import json
 
 import keras
@@ -139,25 +140,33 @@ def test_fit_lowers_the_loss():
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
 
 
-@pytest.mark.parametrize(("built", "data"), [(True, "arrays"), (False, "dataset")])
+@pytest.mark.parametrize(
+    ("built", "data"), [(True, "arrays"), (False, "dataset"), (False, "generator")]
+)
 def test_fit_traces_its_training_step_once(built, data):
-    # The model, its metrics and its optimizer are built before `fit` traces the
-    # step; Keras on TensorFlow would otherwise create their variables in the
-    # first trace and then trace the step again.
+    # The model, its loss and metrics, and its optimizer are built before `fit` traces
+    # the step; Keras on TensorFlow would otherwise create their variables in the
+    # first trace and then trace the step again. A generator's `(x, y, None)` has an
+    # element spec with an Optional part.
     model = compiled(tiny_transformer(vocab_size=VOCAB, build=built))
-    traces = []
+    traces = 0
     keras_step = model.train_step
 
     def counted_step(*args):
-        traces.append(len(args))
+        nonlocal traces
+        traces += 1
         return keras_step(*args)
 
     model.train_step = counted_step
     x, y = fit_data(16)
+    settings = {"batch_size": 16}
     if data == "dataset":
-        x, y = tf.data.Dataset.from_tensor_slices((x, y)).batch(16), None
-    history = model.fit(x, y, epochs=2, batch_size=None if y is None else 16, verbose=0)
-    assert len(traces) == 1
+        x, y, settings = tf.data.Dataset.from_tensor_slices((x, y)).batch(16), None, {}
+    elif data == "generator":
+        batch = (x, y, None)
+        x, y, settings = (batch for _ in itertools.count()), None, {"steps_per_epoch": 1}
+    history = model.fit(x, y, epochs=2, verbose=0, **settings)
+    assert traces == 1
     assert model.optimizer.iterations.numpy() == 2
     assert np.all(np.isfinite(history.history["loss"]))
 

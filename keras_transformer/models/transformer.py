@@ -11,6 +11,7 @@ interface the searches call is `DecodingStepsMixin` (`decoding_steps.py`).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.constants import PAD_ID
@@ -290,22 +291,37 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
             self._real_positions = None
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Builds the model, its compiled metrics and its optimizer before a step is traced.
+        """Builds the model, its loss and metrics, and its optimizer before a step is traced.
 
-        Keras on TensorFlow does this in `fit` and `evaluate` only under a
-        distribution strategy (JAX and PyTorch always do); otherwise the
-        optimizer's and the metrics' variables are created inside the first
-        trace of the training step, each through a lifted initializer, and
-        TensorFlow then traces the step a second time, since the first trace
-        created variables. Building first from the data's element spec (no
-        batch is read) halves the first epoch of the tutorial's model (52 s
-        to 30 s on 2 CPU cores).
+        Keras on TensorFlow does this in `fit`, `evaluate`, `train_on_batch` and
+        `test_on_batch` only under a distribution strategy (JAX and PyTorch
+        always do). Otherwise the optimizer's and the metrics' variables are
+        created inside the first trace of the step, each through a lifted
+        initializer, and TensorFlow then traces the step a second time, since
+        the first trace created variables. The build reads the shapes of the
+        data's elements, not a batch. Data with other elements than dense
+        tensors (ragged, sparse, Python lists) is left to Keras' build inside
+        the trace, as before.
         """
         if self._distribute_strategy is not None:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        unbuilt = (
+            not all(layer.built for layer in self._flatten_layers())
+            or not getattr(self._compile_metrics, "built", True)
+            or not getattr(self._compile_loss, "built", True)
+            or not getattr(self.optimizer, "built", True)
+        )
+        if not unbuilt:
+            return
         if data_batch is None:
-            data_batch = iterator.data_adapter.get_tf_dataset().element_spec
-        self._symbolic_build(data_batch=data_batch)
+            # Without a strategy, the dataset the step iterates; other iterators' own.
+            dataset = getattr(iterator, "_distributed_dataset", None)
+            if not isinstance(dataset, tf.data.Dataset):
+                dataset = iterator.data_adapter.get_tf_dataset()
+            data_batch = dataset.element_spec
+        data_batch = _dense_parts(data_batch)
+        if data_batch is not None:
+            self._symbolic_build(data_batch=data_batch)
 
     def _can_skip_padding(self, y, sample_weight):
         return (
@@ -330,6 +346,19 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
             **self.block_options,
         )
         return config
+
+
+def _dense_parts(structure):
+    """`structure` (a batch, or its element spec) for a symbolic build: `None` where
+    Keras' spec says an element is absent (`(x, y, None)` from a generator), or `None`
+    as a whole when a part is not a dense tensor, array or tensor spec."""
+    dense = (tf.TensorSpec, tf.Tensor, np.ndarray)
+    parts = tf.nest.flatten(structure)
+    if not all(part is None or isinstance(part, (tf.OptionalSpec, *dense)) for part in parts):
+        return None
+    return tf.nest.map_structure(
+        lambda part: None if isinstance(part, tf.OptionalSpec) else part, structure
+    )
 
 
 def _check_pair(inputs, what):

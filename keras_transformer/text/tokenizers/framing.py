@@ -1,10 +1,11 @@
-"""Every tokenizer's last step: each row of ids between [START] and [END], as a TensorFlow function.
+"""Every tokenizer's last step: each row of ids between [START] and [END].
 
-Built from the ragged ids' flat values and row lengths. `tf.concat` of ragged
-tensors would give the same rows, with about 150 graph nodes of shape checks
-(conditionals with their branch functions) in every tokenizer's graph: a
-tf.data pipeline that tokenizes as it reads (the tutorial's) instantiates them
-again for every new iterator, that is twice an epoch.
+A plain function traced into each tokenizer's graph. It builds the rows from
+the ragged ids' flat values and row splits: `tf.concat` of ragged tensors
+gives the same rows with about 150 graph nodes of shape checks (conditionals
+and their branch functions), and a tf.data pipeline that tokenizes as it
+reads (the tutorial's) instantiates a tokenizer's graph again for every new
+iterator.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from keras_transformer.constants import END_ID, START_ID
 
 
 def between_start_and_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
-    """Ragged int64 ids `(batch, None)` -> the same rows with START first and END last."""
+    """Ragged int64 ids `(batch, None)`, int64 row splits -> the same rows with START
+    first and END last."""
     row_splits = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(ids.row_lengths() + 2)], axis=0)
     row_starts = row_splits[:-1]
     # Value j (counted over all rows) of row r lands after its own row's START and
