@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.constants import END_ID, PAD_ID, START_ID
+from keras_transformer.constants import PAD_ID
+from keras_transformer.text.tokenizers.framing import between_start_and_end
 
 # Before tokenizing, a string is cut at this many bytes per token of its limit. A
 # SentencePiece piece has at most 16 characters (64 bytes), so a row of text cut
@@ -37,11 +38,7 @@ def source_tokens(tokenizer, text, max_source_length: int):
     words = tokens[:, 1:-1]
     room = max_source_length - 2
     truncated = tf.logical_or(cut_bytes, words.row_lengths() > room)
-    words = words[:, :room]
-    batch = tf.shape(text, out_type=tf.int64)[:1]
-    start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
-    end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
-    return tf.concat([start, words, end], axis=1), truncated
+    return between_start_and_end(words[:, :room]), truncated
 
 
 def target_tokens(tokenizer, text, max_tokens: int):
