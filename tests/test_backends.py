@@ -131,19 +131,30 @@ def test_a_keras_file_saved_on_one_backend_loads_on_another_with_equal_outputs(
     assert_same_outputs(made_outputs, loaded_outputs, f"saved on {maker}, loaded on {loader}")
 
 
-# ----------------------------------------- train on JAX or PyTorch, serve with TensorFlow
+# ------------------------ train on JAX or PyTorch, bring the run back to TensorFlow
 
-# Runs on the JAX or PyTorch backend in a process where `import tensorflow` fails.
+# Runs on the JAX or PyTorch backend in a process where `import tensorflow` fails: the
+# console script's entry point trains from prepared data and refuses in one line what
+# needs TensorFlow; then the Python functions are called.
 TRAIN_WITHOUT_TENSORFLOW = r"""
 import json, sys
 from pathlib import Path
 sys.modules["tensorflow"] = None  # any import of it fails
 import keras
 import keras_transformer
+import keras_transformer_launcher
+from keras_transformer.training import run_dir as run_dirs
 
-config, run_dir, other_run_dir, brought = json.loads(sys.argv[1])
-history = keras_transformer.train(config, run_dir, verbose=0)
-print(json.dumps({"backend": keras.backend.backend(), "loss": history.history["loss"]}))
+commands, config, run_dir, other_run_dir, brought = json.loads(sys.argv[1])
+for argv in commands:
+    sys.argv = ["keras-transformer", *argv]
+    try:
+        status = keras_transformer_launcher.main()
+    except SystemExit as exit:
+        status = exit.code
+    print("exit", status, flush=True)
+losses = [epoch["loss"] for epoch in run_dirs.read_history(run_dir)]
+print(json.dumps({"backend": keras.backend.backend(), "loss": losses}))
 # What the GPU quality run brings back: slim checkpoints and the run's small files.
 sys.path.insert(0, "benchmarks")
 import gpu_quality
@@ -163,17 +174,19 @@ print(sorted(m for m in sys.modules if m.startswith("tensorflow")))
 
 
 @pytest.mark.parametrize("backend", [p for p in BACKENDS if p.values[0] != "tensorflow"])
-def test_trained_without_tensorflow_exported_and_served_by_tensorflow(
-    backend, prepared_dir, tmp_path
-):
+def test_trained_without_tensorflow_and_brought_back_to_tensorflow(backend, prepared_dir, tmp_path):
+    """On JAX or PyTorch, where `import tensorflow` fails: `keras-transformer train
+    --data` trains (so `train()` runs: the command calls it), the commands and functions
+    that need TensorFlow say so in one line, and the GPU quality run's slim checkpoints
+    restore here, on TensorFlow, to the run's weights. That the run then exports and
+    serves as it translates in memory follows from two proofs kept elsewhere: its
+    `.keras` files load on TensorFlow with equal outputs (above), and an export answers as
+    the translator in memory (test_export.py); docs/backends.md runs the whole road, JAX
+    training to a translation by the export, as a user would."""
     import json
 
-    from keras_transformer.inference import export
-    from keras_transformer.inference.translator import Translator
-    from keras_transformer.text import corpora
     from keras_transformer.training import checkpoints, run_dir
     from tests.helpers import TINY_MODEL, TOKENIZER
-    from tests.test_export import serve_in_fresh_process
 
     run = tmp_path / "run"
     config = {
@@ -184,9 +197,17 @@ def test_trained_without_tensorflow_exported_and_served_by_tensorflow(
         "epochs": 2,
         "keep_epoch_checkpoints": 2,
     }
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in config.items()]
+    flags = [flag.replace("=True", "=true") for flag in flags]
+    commands = [
+        ["train", "--run-dir", str(run), *flags],
+        ["translate", "--model", str(tmp_path), "one two"],
+        ["prepare", "--output", str(tmp_path / "data")],
+        ["train", "--run-dir", str(tmp_path / "from_text"), "--epochs", "1"],  # text, not --data
+    ]
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": python_path()}
     brought = tmp_path / "brought"
-    arguments = json.dumps([config, str(run), str(tmp_path / "other"), str(brought)])
+    arguments = json.dumps([commands, config, str(run), str(tmp_path / "other"), str(brought)])
     result = subprocess.run(
         [sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW, arguments],
         cwd=REPO,
@@ -196,39 +217,31 @@ def test_trained_without_tensorflow_exported_and_served_by_tensorflow(
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.strip().splitlines() if "brought back" not in line]
-    trained = json.loads(lines[0])
+    output = result.stdout.strip().splitlines()
+    exits = [line for line in output if line.startswith("exit ")]
+    assert exits == ["exit 0", "exit 2", "exit 2", "exit 2"], result.stdout[-3000:]
+    # After the commands' own output: what the script prints.
+    lines = output[max(i for i, line in enumerate(output) if line.startswith("exit ")) :]
+    lines = [line for line in lines if "brought back" not in line]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 3 and all("needs TensorFlow" in line for line in errors), errors
+    assert "Traceback" not in result.stderr
+    trained = json.loads(lines[1])
     assert trained["backend"] == backend
-    assert trained["loss"][1] < trained["loss"][0]
+    assert len(trained["loss"]) == 2 and trained["loss"][1] < trained["loss"][0]
     # Another vocabulary than the data's is refused in one line naming the data.
-    assert "vocab_size" in lines[1] and str(prepared_dir) in lines[1]
-    assert lines[2].startswith("Training from text needs TensorFlow")
-    assert lines[3].startswith("keras_transformer.Translator needs TensorFlow")
-    assert lines[4] == "['tensorflow']"  # the blocked entry: nothing else was imported
+    assert "vocab_size" in lines[2] and str(prepared_dir) in lines[2]
+    assert lines[3].startswith("Training from text needs TensorFlow")
+    assert lines[4].startswith("keras_transformer.Translator needs TensorFlow")
+    assert lines[5] == "['tensorflow']"  # the blocked entry: nothing else was imported
 
-    # Here, on TensorFlow: the run exports unchanged and translates in a process that
-    # imports only tensorflow and tensorflow_text, as the in-memory model does.
-    version = export.export_run(run, tmp_path / "saved_models", f"from_{backend}", max_length=16)
-    texts = [source for source, _ in corpora.demo_corpus(6, seed=11)] + [""]
-    served = serve_in_fresh_process(version, texts)
-    model, source_tokenizer, target_tokenizer, run_config = run_dir.load_run(run)
-    translator = Translator(
-        model,
-        source_tokenizer,
-        target_tokenizer,
-        max_length=16,
-        max_source_length=export.source_limit_of_run(run_config),
-    )
-    expected = translator([text.encode("latin-1") for text in texts])
-    translations = [t.decode("utf-8") for t in expected["translation"].numpy()]
-    assert served["serving_default"]["translation"] == translations
-    assert any(translations)
-
-    # The GPU quality run's way back (benchmarks/gpu_quality.py): restored from its slim
-    # checkpoints, the run loads with the weights and records it trained.
+    # The GPU quality run's way back (benchmarks/gpu_quality.py): restored here, on
+    # TensorFlow, from its slim checkpoints, the run loads with the weights and records
+    # it trained.
     sys.path.insert(0, str(REPO / "benchmarks"))
     import gpu_quality
 
+    model, *_ = run_dir.load_run(run)
     restored = tmp_path / "restored"
     gpu_quality.main(["restore", "--brought", str(brought), "--run-dir", str(restored)])
     again, *_ = run_dir.load_run(restored)
@@ -265,56 +278,6 @@ def test_the_gpu_benchmark_runs_on_jax_without_tensorflow(prepared_dir, tmp_path
     for kind in ("ours", "keras_hub"):
         assert measured[kind]["tokens_per_s"] > 0 and 0 < measured[kind]["mfu"] < 1
         assert np.isfinite(measured[kind]["last_loss"])
-
-
-# Runs the console script's entry point on JAX in a process where `import tensorflow` fails.
-COMMAND_LINE_WITHOUT_TENSORFLOW = r"""
-import json, sys
-sys.modules["tensorflow"] = None
-import keras_transformer_launcher
-
-for argv in json.loads(sys.argv[1]):
-    sys.argv = ["keras-transformer", *argv]
-    try:
-        status = keras_transformer_launcher.main()
-    except SystemExit as exit:
-        status = exit.code
-    print("exit", status, flush=True)
-"""
-
-
-@pytest.mark.skipif(not _available("jax"), reason="jax is not installed here (pip install .[jax])")
-def test_the_train_command_runs_without_tensorflow_and_the_others_say_they_need_it(
-    prepared_dir, tmp_path
-):
-    import json
-
-    from keras_transformer.training import run_dir
-
-    run = tmp_path / "run"
-    tiny = "--tokenizer sentencepiece --shared-vocab true --vocab-size 300 --num-layers 1 "
-    tiny += "--d-model 32 --num-heads 2 --dff 64 --batch-size 32 --epochs 1"
-    commands = [
-        ["train", "--data", str(prepared_dir), "--run-dir", str(run), *tiny.split()],
-        ["translate", "--model", str(tmp_path), "one two"],
-        ["prepare", "--output", str(tmp_path / "data")],
-        ["train", "--run-dir", str(tmp_path / "from_text"), *tiny.split()],  # text, not --data
-    ]
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": python_path()}
-    result = subprocess.run(
-        [sys.executable, "-c", COMMAND_LINE_WITHOUT_TENSORFLOW, json.dumps(commands)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    exits = [line for line in result.stdout.splitlines() if line.startswith("exit")]
-    assert exits == ["exit 0", "exit 2", "exit 2", "exit 2"], result.stdout[-3000:]
-    errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 3 and all("needs TensorFlow" in line for line in errors), errors
-    assert "Traceback" not in result.stderr
-    assert run_dir.read_history(run)  # the run finished its epoch, here on TensorFlow's side
 
 
 # On TensorFlow, where tensorflow-text is missing: prepared data still trains.
