@@ -358,9 +358,10 @@ def test_export_and_translate_user_errors(tiny_run_dir, tmp_path, capsys):
     )
 
 
-def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, capsys):
+def test_export_stores_the_source_limit_of_training(tiny_run_dir, tiny_export, tmp_path, capsys):
     """`keras-transformer export` cuts sources where the run's training did (its
-    max_tokens), or at --max-source-length; the export reports its limits."""
+    max_tokens), or at --max-source-length. The saves are caught: what the export
+    writes of a translator, its limits included, is test_export.py's."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run_dir, run)
     config = json.loads((run / "config.json").read_text())
@@ -368,30 +369,27 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, caps
     (run / "config.json").write_text(json.dumps(config))
     root = tmp_path / "saved_models"
     argv = ["export", str(run), "--name", "numbers", "--export-root", str(root)]
-    assert cli.main(argv) == 0
-    first = loaded_export.load_translator(root / "numbers" / "1")
-    limits = {k: int(v) for k, v in first.serving_limits().items()}
-    assert (limits["max_source_length"], limits["sub_batch_size"]) == (10, 64)
-    # [START], 5 or 9 words, [END]: 7 and 11 tokens.
-    text = ["one two three four five", "one two three four five six seven eight nine"]
-    assert first.translate(text)["source_truncated"].numpy().tolist() == [False, True]
-    # The flags reach the translator that is saved: the save itself is the first
-    # export's, so this one is caught before it traces the signatures.
     saved = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
+        assert cli.main(argv) == 0
         assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
-    (second,) = saved
+    first, second = saved
+    assert (first.max_source_length, first.options.sub_batch_size) == (10, 64)
     assert (second.max_source_length, second.options.sub_batch_size) == (6, 8)
+    # [START], 5 or 9 words, [END]: 7 and 11 tokens.
+    text = ["one two three four five", "one two three four five six seven eight nine"]
     assert second.translate(tf.constant(text))["source_truncated"].numpy().tolist() == [True, True]
-    # `translate` says which rows were cut, apart from the translations.
+    # `translate` says which rows were cut, apart from the translations: the session's
+    # export cuts sources at the model's 24 tokens.
     capsys.readouterr()
-    assert cli.main(["translate", "--model", str(root / "numbers" / "1"), *text, "two"]) == 0
+    long = " ".join(["one"] * 23)
+    assert cli.main(["translate", "--model", str(tiny_export.path), *text, long]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 3
     assert err == (
         "keras-transformer: note: 1 of 3 sources were longer than the model's source limit "
-        "and were cut there before translating (rows 2)\n"
+        "and were cut there before translating (rows 3)\n"
     )
     # Bad limits: one line each, and no export.
     assert user_error(capsys, argv + ["--sub-batch-size", "0"]) == (
@@ -401,7 +399,7 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tmp_path, caps
     assert "max_source_length" in message and "Received: max_source_length=1" in message
     message = user_error(capsys, argv + ["--max-source-length", "25"])
     assert "at most the model's max_length (24)" in message
-    # 2: the caught save's (empty) version.
+    # 1 and 2: the caught saves' (empty) versions.
     assert sorted(p.name for p in (root / "numbers").iterdir()) == ["1", "2"]
 
 

@@ -1,5 +1,6 @@
 """SavedModel export: TF Serving layout, signatures, and a fresh process without the library."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -124,23 +125,20 @@ def exported(tiny_export):
 
 
 @pytest.fixture(scope="module")
-def exported_xla(tiny_translation_model, tmp_path_factory):
-    """The searches compiled by XLA (`jit_compile`): the loaded export compiles them. Its
-    reference is the translator without XLA: the export must translate as it does."""
-    tiny = tiny_translation_model
-
-    def translator(jit_compile):
-        return Translator(
-            tiny.model,
-            tiny.source_tokenizer,
-            tiny.target_tokenizer,
-            max_length=16,
-            beam_width=3,
-            jit_compile=jit_compile,
-        )
-
-    path = export.export_translator(translator(True), tmp_path_factory.mktemp("xla_models"), "tiny")
-    return translator(False), None, path
+def exported_xla(tiny_export, tmp_path_factory):
+    """The session's export's translator with its searches compiled by XLA (`jit_compile`):
+    the loaded export compiles them. Its reference is the session's translator without
+    XLA, whose searches the test process has traced already: the export must translate
+    as it does."""
+    reference = tiny_export.translator
+    compiled = Translator(
+        reference.model,
+        reference.source_tokenizer,
+        reference.target_tokenizer,
+        dataclasses.replace(reference.options, jit_compile=True),
+    )
+    path = export.export_translator(compiled, tmp_path_factory.mktemp("xla_models"), "tiny")
+    return reference, None, path
 
 
 def test_xla_export_marks_both_searches_for_compilation(exported, exported_xla):
@@ -315,6 +313,15 @@ def test_the_signatures_table_is_what_the_export_serves(exported):
         _, inputs = function.structured_input_signature
         assert inputs == {spec.name: spec for spec in row.inputs}, row.name
         assert sorted(function.structured_outputs) == sorted(row.outputs), row.name
+    # The limits it was exported with read back (16 tokens, beam width 3, sub-batches of
+    # 16 rows; sources cut at the model's 24 tokens).
+    limits = {key: int(value) for key, value in loaded.serving_limits().items()}
+    assert limits == {
+        "max_source_length": 24,
+        "sub_batch_size": 16,
+        "max_length": 16,
+        "beam_width": 3,
+    }
 
 
 def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_up(
