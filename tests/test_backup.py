@@ -260,7 +260,15 @@ def test_a_damaged_best_checkpoint_and_a_lone_unreadable_backup_do_not_stop_the_
     assert "best.keras is unreadable; the next epoch writes it again" in caplog.text
     assert checkpoints.read_record(tmp_path / run_dir.BEST_CHECKPOINT)["epoch"] == 2
     _all_files_whole(tmp_path)
+    # The run exports: its best checkpoint loads into the translator that is saved (the
+    # save itself is caught: what an export writes is test_export.py's).
+    saved = []
+    monkeypatch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
     export.export_run(tmp_path, tmp_path / "saved_models", "tiny")
+    (translator,) = saved
+    best, *_ = run_dir.load_run(tmp_path)
+    for mine, theirs in zip(translator.model.weights, best.weights, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
 def test_a_state_whose_optimizer_state_does_not_load_is_an_error_not_a_silent_restart(tmp_path):
