@@ -30,7 +30,6 @@ try:
     raise SystemExit("keras_transformer must not be importable here")
 except ImportError:
     pass
-loaded = tf.saved_model.load(sys.argv[1])
 request = json.load(sys.stdin)
 texts = [t.encode("latin-1") for t in request["texts"]]
 prefixes = [t.encode("latin-1") for t in request["prefixes"]]
@@ -44,38 +43,43 @@ def text_of(rows):
     return tf.constant(rows, tf.string, shape=[len(rows)])
 
 
-result = {}
-for name in ("serving_default", "beam_search", "greedy_with_prefix", "beam_search_with_prefix"):
-    inputs = {"text": text_of(texts)}
-    empty = {"text": text_of([])}
-    if name.endswith("_with_prefix"):
-        inputs["prefix"], empty["prefix"] = text_of(prefixes), text_of([])
-    out = loaded.signatures[name](**inputs)
-    result[name] = {
-        "translation": strings(out["translation"]),
-        "score": out["score"].numpy().tolist(),
+def answers(loaded):
+    result = {}
+    for name in ("serving_default", "beam_search", "greedy_with_prefix", "beam_search_with_prefix"):
+        inputs = {"text": text_of(texts)}
+        empty = {"text": text_of([])}
+        if name.endswith("_with_prefix"):
+            inputs["prefix"], empty["prefix"] = text_of(prefixes), text_of([])
+        out = loaded.signatures[name](**inputs)
+        result[name] = {
+            "translation": strings(out["translation"]),
+            "score": out["score"].numpy().tolist(),
+            "source_truncated": out["source_truncated"].numpy().tolist(),
+            "outputs": sorted(out),
+        }
+        if "prefix_truncated" in out:
+            result[name]["prefix_truncated"] = out["prefix_truncated"].numpy().tolist()
+        none = loaded.signatures[name](**empty)
+        result[name]["empty"] = [none["translation"].shape.as_list(), none["score"].shape.as_list()]
+    k = tf.constant(2)
+    out = loaded.signatures["nbest"](text=text_of(texts), num_hypotheses=k)
+    empty = loaded.signatures["nbest"](text=text_of([]), num_hypotheses=k)
+    result["nbest"] = {
+        "translations": [strings(row) for row in out["translations"]],
+        "scores": out["scores"].numpy().tolist(),
         "source_truncated": out["source_truncated"].numpy().tolist(),
         "outputs": sorted(out),
+        "empty": [empty["translations"].shape.as_list(), empty["scores"].shape.as_list()],
     }
-    if "prefix_truncated" in out:
-        result[name]["prefix_truncated"] = out["prefix_truncated"].numpy().tolist()
-    empty = loaded.signatures[name](**empty)
-    result[name]["empty"] = [empty["translation"].shape.as_list(), empty["score"].shape.as_list()]
-k = tf.constant(2)
-out = loaded.signatures["nbest"](text=text_of(texts), num_hypotheses=k)
-empty = loaded.signatures["nbest"](text=text_of([]), num_hypotheses=k)
-result["nbest"] = {
-    "translations": [strings(row) for row in out["translations"]],
-    "scores": out["scores"].numpy().tolist(),
-    "source_truncated": out["source_truncated"].numpy().tolist(),
-    "outputs": sorted(out),
-    "empty": [empty["translations"].shape.as_list(), empty["scores"].shape.as_list()],
-}
-try:
-    loaded.signatures["nbest"](text=text_of(texts[:1]), num_hypotheses=tf.constant(9))
-except tf.errors.InvalidArgumentError as error:
-    result["nbest"]["too_many"] = "num_hypotheses must be" in error.message
-json.dump(result, sys.stdout)
+    try:
+        loaded.signatures["nbest"](text=text_of(texts[:1]), num_hypotheses=tf.constant(9))
+    except tf.errors.InvalidArgumentError as error:
+        result["nbest"]["too_many"] = "num_hypotheses must be" in error.message
+    return result
+
+
+# One process for every export given: each answers as it would alone.
+json.dump([answers(tf.saved_model.load(path)) for path in sys.argv[1:]], sys.stdout)
 """
 
 TEXTS = [
@@ -106,9 +110,16 @@ PREFIXES = (
 def serve_in_fresh_process(path, texts, prefixes=None) -> dict:
     """`FRESH_PROCESS`'s answers for `texts` (sent as latin-1 bytes) from the export at
     `path`, and for `prefixes` (one a text, "" by default) through the prefix signatures."""
+    (answers,) = serve_each_in_one_fresh_process([path], texts, prefixes)
+    return answers
+
+
+def serve_each_in_one_fresh_process(paths, texts, prefixes=None) -> list[dict]:
+    """`serve_in_fresh_process` for each export of `paths`, all in one process: a
+    process's start and TensorFlow's import are paid once."""
     prefixes = [""] * len(texts) if prefixes is None else prefixes
     run = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(path)],
+        [sys.executable, "-c", FRESH_PROCESS, *map(str, paths)],
         input=json.dumps({"texts": texts, "prefixes": prefixes}),
         capture_output=True,
         text=True,
@@ -214,14 +225,31 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
         assert not np.array_equal(loaded.signatures[name](text=text)["score"].numpy(), before[name])
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "wordpiece_xla"])
-def test_fresh_process_without_the_library_gives_the_same_translations(kind, request):
+# The exports served in a fresh process, by kind: each with its fixture's name.
+FRESH_EXPORTS = {
+    "wordpiece": "exported",
+    "sentencepiece": "exported_sentencepiece",
+    "wordpiece_xla": "exported_xla",
+}
+
+
+@pytest.fixture(scope="module")
+def served_fresh(request):
+    """kind -> (the export's in-memory translator, the answers of the export served in
+    one process with only tensorflow and tensorflow_text, for `TEXTS` and `PREFIXES`)."""
+    made = {kind: request.getfixturevalue(name) for kind, name in FRESH_EXPORTS.items()}
+    served = serve_each_in_one_fresh_process(
+        [path for _, _, path in made.values()], TEXTS, PREFIXES
+    )
+    return {kind: (made[kind][0], answers) for kind, answers in zip(made, served, strict=True)}
+
+
+@pytest.mark.parametrize("kind", list(FRESH_EXPORTS))
+def test_fresh_process_without_the_library_gives_the_same_translations(kind, served_fresh):
     """Every signature, in a process with only tensorflow and tensorflow_text, answers
     as the translator in memory does, hostile rows and prefixes included."""
-    fixture = {"wordpiece": "exported", "sentencepiece": "exported_sentencepiece"}
-    translator, _, path = request.getfixturevalue(fixture.get(kind, "exported_xla"))
+    translator, served = served_fresh[kind]
     assert len(TEXTS) == len(PREFIXES) == 512
-    served = serve_in_fresh_process(path, TEXTS, PREFIXES)
     raw = [t.encode("latin-1") for t in TEXTS]
     prefixes = [t.encode("latin-1") for t in PREFIXES]
     expected = {
