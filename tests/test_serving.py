@@ -39,9 +39,10 @@ HOSTILE = {
 }
 
 # Runs in a fresh interpreter where `import keras_transformer` fails; reads the
-# requests (lists of latin-1 encoded bytes) on stdin, prints the answers. With a
-# second argument "all", also those of the n-best signature (2 hypotheses) and of the
-# prefix signatures, each row's text its own prefix (hostile prefixes too).
+# requests on stdin (each a list of latin-1 encoded bytes and whether to ask every
+# signature), prints the answers: serving_default's, and for a request that asks every
+# signature also those of the n-best signature (2 hypotheses) and of the prefix
+# signatures, each row's text its own prefix (hostile prefixes too).
 SERVE = r"""
 import json, sys
 sys.modules["keras_transformer"] = None
@@ -50,7 +51,7 @@ import tensorflow_text  # noqa: F401
 
 loaded = tf.saved_model.load(sys.argv[1])
 answers = []
-for texts in json.load(sys.stdin):
+for texts, every_signature in json.load(sys.stdin):
     text = tf.constant([t.encode("latin-1") for t in texts], tf.string, shape=[len(texts)])
     served = loaded.signatures["serving_default"](text=text)
     answers.append({
@@ -59,7 +60,7 @@ for texts in json.load(sys.stdin):
         "source_truncated": served["source_truncated"].numpy().tolist(),
         "outputs": sorted(served),
     })
-    if sys.argv[2:] != ["all"]:
+    if not every_signature:
         continue
     nbest = loaded.signatures["nbest"](text=text, num_hypotheses=tf.constant(2))
     answers[-1]["nbest"] = {
@@ -79,10 +80,13 @@ json.dump(answers, sys.stdout)
 """
 
 
-def _serve(path, requests: list[list[bytes]], every_signature: bool = False) -> list[dict]:
+def _serve(path, requests: list[tuple[list[bytes], bool]]) -> list[dict]:
+    """`SERVE`'s answers to `requests` (rows, and whether to ask every signature)."""
     run = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path), *(["all"] if every_signature else [])],
-        input=json.dumps([[t.decode("latin-1") for t in texts] for texts in requests]),
+        [sys.executable, "-c", SERVE, str(path)],
+        input=json.dumps(
+            [([t.decode("latin-1") for t in texts], every) for texts, every in requests]
+        ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -113,16 +117,41 @@ def _assert_answered(answer: dict, rows: int):
             assert len(answer[name]["prefix_truncated"]) == rows
 
 
+NORMAL_ROWS = [t.encode() for t in NORMAL]
+HOSTILE_ROWS = [row for row, _ in HOSTILE.values()]
+# 10,000 rows: the normal ones, and every tenth a hostile one under 10,000 bytes.
+SHORT_HOSTILE_ROWS = [row for row in HOSTILE_ROWS if len(row) < 10_000]
+TEN_THOUSAND_ROWS = [
+    NORMAL_ROWS[i % 4] if i % 10 else SHORT_HOSTILE_ROWS[(i // 10) % len(SHORT_HOSTILE_ROWS)]
+    for i in range(10_000)
+]
+
+
 @pytest.fixture(scope="module")
-def answers(exported) -> dict:
+def served(exported) -> dict:
+    """The answers to every request of this file's tests, by name, from one fresh process
+    (its start, TensorFlow's import and the export's load paid once): the normal rows,
+    zero rows, each hostile row alone and all of them in one request, asking every
+    signature; the short rows and the 10,000 rows, and two rows of which one is cut,
+    asking serving_default."""
+    requests = {
+        "normal": (NORMAL_ROWS, True),
+        "none": ([], True),
+        **{("alone", name): ([row], True) for name, row in zip(HOSTILE, HOSTILE_ROWS, strict=True)},
+        "mixed": (NORMAL_ROWS[:2] + HOSTILE_ROWS + NORMAL_ROWS[2:], True),
+        "few": (NORMAL_ROWS + SHORT_HOSTILE_ROWS, False),
+        "many": (TEN_THOUSAND_ROWS, False),
+        "truncation": ([b"one", b" ".join([b"two"] * 30)], False),
+    }
+    return dict(zip(requests, _serve(exported, list(requests.values())), strict=True))
+
+
+@pytest.fixture(scope="module")
+def answers(served) -> dict:
     """The normal rows, zero rows, each hostile row alone, and all of them in one request."""
-    normal = [t.encode() for t in NORMAL]
-    hostile = [row for row, _ in HOSTILE.values()]
-    mixed = normal[:2] + hostile + normal[2:]
-    normal_answer, none, *alone, mixed_answer = _serve(
-        exported, [normal, [], *([row] for row in hostile), mixed], every_signature=True
-    )
-    _assert_answered(mixed_answer, len(mixed))
+    normal_answer, none, mixed_answer = served["normal"], served["none"], served["mixed"]
+    alone = [served["alone", name] for name in HOSTILE]
+    _assert_answered(mixed_answer, len(NORMAL) + len(HOSTILE))
     return {
         "normal": normal_answer,
         "none": none,
@@ -173,25 +202,25 @@ def test_hostile_rows_leave_their_neighbours_alone(answers):
     assert [answers["mixed"][i] for i in range(len(NORMAL))] == expected
 
 
-def test_ten_thousand_rows_in_one_request(exported):
+def test_ten_thousand_rows_in_one_request(served):
     """Decoded 16 rows at a time, sorted by length: each row as it reads in a small request."""
-    normal = [t.encode() for t in NORMAL]
-    hostile = [row for row, _ in HOSTILE.values() if len(row) < 10_000]
-    rows = [normal[i % 4] if i % 10 else hostile[(i // 10) % len(hostile)] for i in range(10_000)]
-    few, many = _serve(exported, [normal + hostile, rows])
+    few, many = served["few"], served["many"]
     _assert_answered(many, 10_000)
     expected = {
         row: (translation, cut)
         for row, translation, cut in zip(
-            normal + hostile, few["translation"], few["source_truncated"], strict=True
+            NORMAL_ROWS + SHORT_HOSTILE_ROWS,
+            few["translation"],
+            few["source_truncated"],
+            strict=True,
         )
     }
     answered = zip(many["translation"], many["source_truncated"], strict=True)
-    assert list(answered) == [expected[row] for row in rows]
+    assert list(answered) == [expected[row] for row in TEN_THOUSAND_ROWS]
 
 
-def test_serving_signature_reports_truncation(exported):
-    (answer,) = _serve(exported, [[b"one", b" ".join([b"two"] * 30)]])
+def test_serving_signature_reports_truncation(served):
+    answer = served["truncation"]
     assert answer["outputs"] == ["score", "source_truncated", "translation"]
     assert answer["source_truncated"] == [False, True]
 
