@@ -5,6 +5,7 @@ a process per backend and compares the files it writes:
 
     python tests/backend_probe.py make DIR   # build the probe models, save them and their outputs
     python tests/backend_probe.py load DIR   # load DIR's models, write their outputs beside
+    python tests/backend_probe.py make DIR load OTHER   # both, in one process
 
 `outputs_<backend>.npz` holds, for each probe model, the logits of a padded batch
 (explicit masks, computed from the ids), the same batch with more padding, the
@@ -118,4 +119,5 @@ def main(mode, directory):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    for mode, directory in zip(sys.argv[1::2], sys.argv[2::2], strict=True):
+        main(mode, directory)
