@@ -42,16 +42,23 @@ TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 # long file handed out last would run alone at the end. xdist would order the files by
 # their number of tests instead; `pytest_configure` keeps this order.
 LONGEST_FILES = (
-    "test_notebooks.py",
-    "test_export.py",
-    "test_training.py",
-    "test_prepared.py",
-    "test_translator.py",
-    "test_backends.py",
-    "test_cli.py",
-    "test_levers.py",
     "test_docs.py",
-    "test_distribute.py",
+    "test_translator.py",
+    "test_export.py",
+    "test_prepared.py",
+    "test_backends.py",
+    "test_decoding.py",
+    "test_levers.py",
+    "test_cli.py",
+    "test_tutorial.py",
+    "test_model.py",
+    "test_backup.py",
+    "test_serving.py",
+    "test_training.py",
+    "test_notebooks.py",
+    "test_pretrained_run.py",
+    "test_decoder_step.py",
+    "test_data.py",
 )
 
 
