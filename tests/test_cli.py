@@ -375,10 +375,12 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tiny_export, t
         assert cli.main(argv) == 0
         assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
     first, second = saved
-    assert (first.max_source_length, first.options.sub_batch_size) == (10, 64)
+    limits = {key: int(value) for key, value in first.serving_limits().items()}
+    assert (limits["max_source_length"], limits["sub_batch_size"]) == (10, 64)
     assert (second.max_source_length, second.options.sub_batch_size) == (6, 8)
     # [START], 5 or 9 words, [END]: 7 and 11 tokens.
     text = ["one two three four five", "one two three four five six seven eight nine"]
+    assert first.translate(tf.constant(text))["source_truncated"].numpy().tolist() == [False, True]
     assert second.translate(tf.constant(text))["source_truncated"].numpy().tolist() == [True, True]
     # `translate` says which rows were cut, apart from the translations: the session's
     # export cuts sources at the model's 24 tokens.

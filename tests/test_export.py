@@ -123,7 +123,7 @@ def serve_each_in_one_fresh_process(paths, texts, prefixes=None) -> list[dict]:
         input=json.dumps({"texts": texts, "prefixes": prefixes}),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=300 * len(paths),
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)

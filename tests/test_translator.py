@@ -228,20 +228,21 @@ def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation
             )
         return translators[key](texts, method=method, beam_width=3)
 
-    # Under a tight source-relative cap throughout: the compiled searches' caches then
-    # hold only the steps a padded source length allows.
+    # A tight source-relative cap for the compiled searches, and for their reference.
     cap = {"max_length_a": 0.5, "max_length_b": 2}
     for method in ("greedy", "beam"):
         whole = run(method, sub_batch_size=1000, in_flight=1, **cap)
+        uncapped = run(method, sub_batch_size=1000, in_flight=1, max_length_a=None)
         # The translator's settings reach its sub-batches (one at a time and two in
-        # flight against one batch, by each search: test_decoding.py).
-        parts = run(method, sub_batch_size=5, in_flight=2, **cap)
+        # flight against one batch, by each search: test_decoding.py), rows ending at
+        # [END] rather than at a cap.
+        parts = run(method, sub_batch_size=5, in_flight=2, max_length_a=None)
         for key in ("translation", "tokens", "lengths", "source_truncated", "context_ids"):
             np.testing.assert_array_equal(
-                parts[key].numpy(), whole[key].numpy(), err_msg=f"{key} {method}"
+                parts[key].numpy(), uncapped[key].numpy(), err_msg=f"{key} {method}"
             )
         np.testing.assert_allclose(
-            parts["score"].numpy(), whole["score"].numpy(), atol=SEARCH_SCORE_ATOL
+            parts["score"].numpy(), uncapped["score"].numpy(), atol=SEARCH_SCORE_ATOL
         )
         # Compiled, in sub-batches two in flight: XLA's caches hold only the steps a
         # padded source length allows (9 for 16 tokens: 0.5 * 14 + 2), and the
@@ -254,7 +255,6 @@ def test_sub_batches_and_xla_give_the_translations_of_one_batch(tiny_translation
             compiled["score"].numpy(), whole["score"].numpy(), atol=SEARCH_SCORE_ATOL
         )
         # No source-relative cap: rows added to reach a compiled shape still end at once.
-        uncapped = run(method, sub_batch_size=1000, in_flight=1, max_length_a=None)
         compiled = run(method, jit_compile=True, max_length_a=None)
         np.testing.assert_array_equal(compiled["tokens"].numpy(), uncapped["tokens"].numpy())
     translator = Translator(
