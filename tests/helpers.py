@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_transformer import Transformer
 from keras_transformer.constants import PAD_ID
+from keras_transformer.inference import export
 from keras_transformer.layers import packing, step_ops
 
 
@@ -592,3 +593,13 @@ def write_corpus(directory: Path, pairs, name: str = "train") -> tuple[Path, Pat
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     return src, tgt
+
+
+def caught_export_saves(monkeypatch) -> list:
+    """Patches the export's `tf.saved_model.save` (for `monkeypatch`'s scope) to record
+    the object it would save, the frozen translator, instead of tracing its signatures
+    and writing them; returns the list it records into. For tests of what an export does
+    around the save: what a SavedModel holds is test_export.py's."""
+    saved = []
+    monkeypatch.setattr(export.tf.saved_model, "save", lambda obj, *_, **__: saved.append(obj))
+    return saved

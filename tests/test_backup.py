@@ -18,7 +18,7 @@ from keras_transformer.inference import export
 from keras_transformer.training import backup, checkpoints, run_dir
 from keras_transformer.training.callbacks import RunHistory
 from keras_transformer.training.losses import MaskedLoss
-from tests.helpers import tiny_transformer
+from tests.helpers import caught_export_saves, tiny_transformer
 from tests.test_training import TINY
 
 IDS = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
@@ -262,8 +262,7 @@ def test_a_damaged_best_checkpoint_and_a_lone_unreadable_backup_do_not_stop_the_
     _all_files_whole(tmp_path)
     # The run exports: its best checkpoint loads into the translator that is saved (the
     # save itself is caught: what an export writes is test_export.py's).
-    saved = []
-    monkeypatch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
+    saved = caught_export_saves(monkeypatch)
     export.export_run(tmp_path, tmp_path / "saved_models", "tiny")
     (translator,) = saved
     best, *_ = run_dir.load_run(tmp_path)

@@ -21,8 +21,9 @@ from PIL import Image
 import keras_transformer_commands as commands
 import keras_transformer_launcher as launcher
 from keras_transformer import cli
-from keras_transformer.inference import export, loaded_export
+from keras_transformer.inference import loaded_export
 from keras_transformer.training.config import TrainConfig
+from tests.helpers import caught_export_saves
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ["three one four", "one five nine two", "two six", "eight"]
@@ -369,9 +370,8 @@ def test_export_stores_the_source_limit_of_training(tiny_run_dir, tiny_export, t
     (run / "config.json").write_text(json.dumps(config))
     root = tmp_path / "saved_models"
     argv = ["export", str(run), "--name", "numbers", "--export-root", str(root)]
-    saved = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
+        saved = caught_export_saves(patch)
         assert cli.main(argv) == 0
         assert cli.main(argv + ["--max-source-length", "6", "--sub-batch-size", "8"]) == 0
     first, second = saved

@@ -21,6 +21,7 @@ from keras_transformer.inference import export
 from keras_transformer.pretrained import CheckpointError, import_marian
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.run import train
+from tests.helpers import caught_export_saves
 from tests.test_cli import user_error
 from tests.test_export import serve_in_fresh_process
 
@@ -157,9 +158,8 @@ def test_fine_tuning_lowers_the_loss_and_the_run_exports_and_translates(imported
     # `keras-transformer export` takes the fine-tuned run, and the translator it would save
     # translates. The save is caught: what an export of an imported Marian run writes and
     # serves is the first tests' (one export traces every signature).
-    saved = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(export.tf.saved_model, "save", lambda obj, *a, **k: saved.append(obj))
+        saved = caught_export_saves(patch)
         argv = ["export", str(run), "--export-root", str(tmp_path / "exports"), "--name", "tuned"]
         assert cli.main(argv) == 0
     (translator,) = saved
