@@ -380,9 +380,10 @@ def test_base_preset_trains_a_few_steps_from_prepared_data(tmp_path, capsys):
 # ----------------------------------------------------------------------------- two workers
 
 
-def _worker_main(data_dir: str, out_dir: str) -> None:
-    """One worker of the two-worker tests: trains from prepared data (or, given "text",
-    from the built-in corpus as text), logs what it read."""
+def _train_one_worker(source: str, out_dir: Path) -> None:
+    """Trains one epoch as this worker of the cluster, from the prepared directory
+    `source` (or, given "text", from the built-in corpus as text), and writes into
+    `out_dir` the weights it ends with, its steps and the targets it read."""
     import keras
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
@@ -399,23 +400,41 @@ def _worker_main(data_dir: str, out_dir: str) -> None:
         def on_train_batch_end(self, batch, logs=None):
             steps.append(batch)
 
-    prepared.PreparedBatches.batch_of = logged_batch_of
-    data = {"corpus": "demo", "demo_pairs": 600} if data_dir == "text" else {"data": data_dir}
+    data = {"corpus": "demo", "demo_pairs": 600} if source == "text" else {"data": source}
     config = {**TOKENIZER, **TINY_MODEL, **data, "batch_size": 32, "epochs": 1}
-    run = Path(out_dir) / f"run{index}"
-    train({**config, "strategy": "multi_worker"}, run, 0, callbacks=[CountSteps()])
+    run = out_dir / f"run{index}"
+    prepared.PreparedBatches.batch_of = logged_batch_of
+    try:
+        train({**config, "strategy": "multi_worker"}, run, 0, callbacks=[CountSteps()])
+    finally:
+        prepared.PreparedBatches.batch_of = batch_of
     model = run_dir.load_model(run, run_dir.LAST_CHECKPOINT)
-    np.savez(Path(out_dir) / f"weights{index}.npz", *model.get_weights())
-    (Path(out_dir) / f"worker{index}.json").write_text(json.dumps({"read": read, "steps": steps}))
+    np.savez(out_dir / f"weights{index}.npz", *model.get_weights())
+    (out_dir / f"worker{index}.json").write_text(json.dumps({"read": read, "steps": steps}))
+
+
+def _worker_main(data_dir: str, out_dir: str) -> None:
+    """One worker of the two-worker test: trains from the prepared directory, then, in
+    the same cluster, from text (each pays a process's start and TensorFlow's import
+    once)."""
+    for source, name in ((data_dir, "prepared"), ("text", "text")):
+        (Path(out_dir) / name).mkdir(exist_ok=True)
+        _train_one_worker(source, Path(out_dir) / name)
+
+
+def _same_weights_on_both_workers(out_dir: Path) -> None:
+    weights = [np.load(out_dir / f"weights{i}.npz") for i in range(2)]
+    for name in weights[0].files:
+        np.testing.assert_array_equal(weights[0][name], weights[1][name])
 
 
 @pytest.mark.slow
-def test_two_workers_train_from_disjoint_shards_in_step(prepared_dir, tmp_path):
+def test_two_workers_train_in_step_from_disjoint_shards_and_from_text(prepared_dir, tmp_path):
     workers = start_workers(2, [__file__, "worker", str(prepared_dir), str(tmp_path)])
     wait_for_workers(workers, timeout=300)
-    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
-    # Each read its own shards only, and both took as many steps as the worker with
-    # fewer batches has (batches of 16: half the configured 32 each).
+    # From prepared data: each read its own shards only, and both took as many steps as
+    # the worker with fewer batches has (batches of 16: half the configured 32 each) ...
+    results = [json.loads((tmp_path / "prepared" / f"worker{i}.json").read_text()) for i in (0, 1)]
     data_ = prepared.PreparedData(prepared_dir)
     own = [data_.split("train", i, 2) for i in range(2)]
     for result, pairs in zip(results, own):
@@ -424,20 +443,11 @@ def test_two_workers_train_from_disjoint_shards_in_step(prepared_dir, tmp_path):
     steps = min(len(prepared.PreparedBatches(pairs, batch_size=16)) for pairs in own)
     assert [len(result["steps"]) for result in results] == [steps, steps]
     # ... and trained one model: the same weights on both.
-    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
-    for name in weights[0].files:
-        np.testing.assert_array_equal(weights[0][name], weights[1][name])
-
-
-@pytest.mark.slow
-def test_two_workers_train_from_text_in_step(tmp_path):
-    workers = start_workers(2, [__file__, "worker", "text", str(tmp_path)])
-    wait_for_workers(workers, timeout=300)
-    steps = [len(json.loads((tmp_path / f"worker{i}.json").read_text())["steps"]) for i in range(2)]
-    assert steps[0] == steps[1] > 0
-    weights = [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
-    for name in weights[0].files:
-        np.testing.assert_array_equal(weights[0][name], weights[1][name])
+    _same_weights_on_both_workers(tmp_path / "prepared")
+    # From text, in the same processes: in step, one model.
+    results = [json.loads((tmp_path / "text" / f"worker{i}.json").read_text()) for i in (0, 1)]
+    assert len(results[0]["steps"]) == len(results[1]["steps"]) > 0
+    _same_weights_on_both_workers(tmp_path / "text")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
