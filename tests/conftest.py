@@ -168,6 +168,16 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_configure(config):
+    # pytest-xdist's workers share the machine's cores: each worker's TensorFlow thread
+    # pools (and those of the processes its tests start, which inherit the environment) get
+    # the worker's share, not a thread for every core of the machine: idle pool threads
+    # spin on the cores the other workers need. Read when the first TensorFlow op makes
+    # the pools, which is after this. A value set in the environment is kept.
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in the workers only
+    if workers:
+        share = max(1, len(os.sched_getaffinity(0)) // int(workers))
+        for pool in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS"):
+            os.environ.setdefault(pool, str(share))
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's: keep LONGEST_FILES' order
         config.option.loadscopereorder = False
 
