@@ -89,7 +89,7 @@ TEXTS = [
     " ".join(["eight"] * 300),
     "one \xff\xfe two",  # sent as these raw bytes: not UTF-8
     "nine five",
-] + ["two six"] * 58  # 64 rows in all: 4 sub-batches (test_serving sends 512 in one request)
+] + ["two six"] * 58  # 64 rows: 4 sub-batches of the WordPiece exports (test_serving: 10,000)
 # A target prefix a row, hostile ones among them: empty, whitespace, beyond the steps,
 # undecodable bytes, a 1 MB string.
 PREFIXES = (

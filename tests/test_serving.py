@@ -5,7 +5,7 @@ and tensorflow_text, as the TF Serving model server would run it.
 
 The hostile rows: those tested since the first export (an empty string,
 whitespace only, a source over the limit, undecodable bytes, out-of-vocabulary
-characters, a request of zero rows, bad rows among good ones, 512 rows in one
+characters, a request of zero rows, bad rows among good ones, 64 rows in one
 request: test_export.py) and a 1 MB string, control characters, right-to-left
 and combining characters, and 10,000 rows in one request. The hostile rows and the
 zero-row request go through the n-best and prefix signatures too (each row its own
