@@ -727,25 +727,3 @@ def test_every_flag_says_what_it_does_and_its_default(capsys):
         assert exit_info.value.code == 0
         shown = capsys.readouterr().out
         assert shown.startswith("usage: " + name) and "default: None" not in shown, name
-
-
-# ----------------------------------------------------------------------------- demo
-
-
-@pytest.mark.slow
-def test_demo_trains_exports_and_translates_with_the_export(tmp_path, capsys):
-    tiny = ["--demo-pairs", "300", "--epochs", "1", "--num-layers", "1", "--d-model", "16",
-            "--num-heads", "2", "--dff", "32", "--vocab-size", "500", "--vocab-lower-thresh", "1",
-            "--max-tokens", "16", "--warmup-steps", "10", "--batch-size", "32"]  # fmt: skip
-    run_dir, root = tmp_path / "run", tmp_path / "saved_models"
-    argv = ["demo", "--run-dir", str(run_dir), "--export-root", str(root), "--name", "numbers"]
-    assert cli.main(argv + ["--examples", "3", "--fit-verbose", "0", *tiny]) == 0
-    out = capsys.readouterr().out
-    assert (root / "numbers" / "1" / "saved_model.pb").is_file()
-    assert (run_dir / "config.json").is_file()
-    assert f"Exported the best checkpoint to {root / 'numbers' / '1'}" in out
-    assert (
-        len(re.findall(r"^    -> .*\[(ok|differs); score -?\d+\.\d{3}; reference: ", out, re.M))
-        == 3
-    )
-    assert f"keras-transformer translate --model {root / 'numbers'}" in out

@@ -421,6 +421,17 @@ def runnable_blocks(path: Path) -> tuple[list[Block], list[str]]:
 
 # The pages whose code runs: the guides and the README.
 CODE_PAGES = [*GUIDES, ROOT / "README.md"]
+# What a page's blocks print, beyond their exit status: page -> (pattern, times it
+# matches a line of the output). getting-started.md's tiny demo (`--examples 2`, the
+# default run directory, export root and name) is the CLI's demo test: it exports, and
+# translates held-out pairs with the export, each with its score and reference.
+GUIDE_OUTPUT = {
+    "getting-started.md": [
+        (r"    -> .*\[(ok|differs); score -?\d+\.\d{3}; reference: .*\]", 2),
+        (r"Exported the best checkpoint to saved_models/demo/1 \(TF Serving layout\)\.", 1),
+        (r'Translate more: keras-transformer translate --model saved_models/demo "\.\.\."', 1),
+    ],
+}
 
 
 @pytest.mark.parametrize("guide", CODE_PAGES, ids=[p.name for p in CODE_PAGES])
@@ -460,6 +471,11 @@ def test_guide_code_runs(guide, tmp_path):
         output = output.decode(errors="replace") if isinstance(output, bytes) else output
         pytest.fail(f"{name}'s blocks ran over {GUIDE_TIMEOUT} s:\n{output[-8000:]}")
     assert result.returncode == 0, f"{name}'s code failed:\n{result.stdout[-12000:]}"
+    lines = result.stdout.splitlines()
+    for pattern, times in GUIDE_OUTPUT.get(guide.name, []):
+        found = sum(1 for line in lines if re.fullmatch(pattern, line))
+        output = result.stdout[-8000:]
+        assert found == times, f"{name}: {found} lines, not {times}, match {pattern}:\n{output}"
 
 
 # -- the commands the pages show -----------------------------------------------------
