@@ -568,17 +568,26 @@ def start_workers(count, argv):
 
 
 def wait_for_workers(processes, timeout):
-    """Waits for every worker; fails the test (killing them all) on a timeout or an error."""
+    """Waits for every worker; fails the test (killing them all) on a timeout or an error,
+    showing the end of each worker's output: one worker's error is often the others' cause."""
     import pytest
 
+    outputs = []
     for process in processes:
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for p in processes:
                 p.kill()
-            pytest.fail(f"a worker did not finish in {timeout} s")
-        assert process.returncode == 0, output[-3000:]
+            output, _ = process.communicate()
+            outputs.append(f"(killed after {timeout} s) {output[-3000:]}")
+            timeout = 10  # the others' output, now that they are killed
+            continue
+        outputs.append(f"(exit status {process.returncode}) {output[-3000:]}")
+        if process.returncode != 0:
+            timeout = 30  # a worker's failure stops its peers' collectives soon
+    if any(not line.startswith("(exit status 0)") for line in outputs):
+        pytest.fail("\n".join(f"worker {i} {line}" for i, line in enumerate(outputs)))
 
 
 # -- prepared data (tests/test_prepared.py, tests/test_backends.py) ---------------------
