@@ -95,22 +95,25 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _collect_before_each_file():
-    """Before each file, the last file's garbage is collected (its fixtures are gone by
-    now), and the memory its objects freed goes back to the system: TensorFlow's many
-    threads leave glibc's arenas holding freed blocks that the next file's allocations,
-    of other sizes, would not reuse.
+def _collect_and_freeze_around_each_file():
+    """After each file, its garbage is collected and the memory its objects freed goes
+    back to the system (in its last test's figures): TensorFlow's many threads leave
+    glibc's arenas holding freed blocks that the next file's allocations, of other sizes,
+    would not reuse.
 
-    What survives is frozen (`gc.freeze`): it lives on (the imports, the session's
-    fixtures, each traced function's graph), and the collections of the files to come,
-    this one's included, skip it instead of walking all of it each time. Walking it
-    took 130 s of the suite's CPU time (`gc.callbacks`, summed over both test processes
-    of one run of the test command), 2-3 s each time a file ended."""
+    Before each file, what the last file left (its last test's fixtures are gone by now)
+    is collected and the rest frozen (`gc.freeze`): most of it lives until the process
+    ends (the imports, the session's fixtures, each traced function's graph), and the
+    collections of the files to come skip it instead of walking all of it each time.
+    Collections took 130 s of the suite's CPU time without it, 40 s with it
+    (`gc.callbacks`, summed over both test processes of a run of the test command). A
+    cycle among frozen objects that later dies stays in memory until the process ends."""
     gc.collect()
     gc.freeze()
+    yield
+    gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
-    yield
 
 
 @pytest.fixture(scope="session", autouse=True)
