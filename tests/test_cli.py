@@ -727,3 +727,31 @@ def test_every_flag_says_what_it_does_and_its_default(capsys):
         assert exit_info.value.code == 0
         shown = capsys.readouterr().out
         assert shown.startswith("usage: " + name) and "default: None" not in shown, name
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def test_the_demo_trains_and_exports_where_its_flags_say(tmp_path, monkeypatch):
+    """`--run-dir`, `--export-root` and `--name` reach the demo's training and export (its
+    whole run, at the defaults, is docs/getting-started.md's tiny demo: test_docs.py)."""
+    from keras_transformer import demo
+
+    class Stop(Exception):
+        pass
+
+    calls = {}
+
+    def train(config, run_dir, verbose):
+        calls["train"] = run_dir
+
+    def export_run(run_dir, export_root, name):
+        calls["export"] = (run_dir, export_root, name)
+        raise Stop  # what follows the export is the guide's run
+
+    monkeypatch.setattr(demo, "train", train)
+    monkeypatch.setattr(demo, "export_run", export_run)
+    run, root = str(tmp_path / "run"), str(tmp_path / "models")
+    with pytest.raises(Stop):
+        cli.main(["demo", "--run-dir", run, "--export-root", root, "--name", "numbers"])
+    assert calls == {"train": run, "export": (run, root, "numbers")}
