@@ -223,3 +223,46 @@ def test_a_nan_loss_stops_training_before_the_epoch_writes_anything(tmp_path):
         model.fit((ids, ids), ids, epochs=2, verbose=0, callbacks=make_callbacks(tmp_path))
     assert not (tmp_path / run_dir.HISTORY_FILE).exists()
     assert not list(tmp_path.rglob("*.keras")) and not list(tmp_path.rglob("*.h5"))
+
+
+def test_an_epoch_is_saved_once_and_copied_to_its_other_checkpoints(tmp_path, monkeypatch):
+    """The run's checkpoint callbacks, in `make_callbacks`' order, save each epoch's state
+    once (last.keras); best.keras and the epoch's kept checkpoint, when the epoch writes
+    them, are copies of that file: the same bytes, each a file of its own, so that damage
+    to one leaves the others whole."""
+    model = _compiled_model()
+    saved = []
+    save = type(model).save
+
+    def counted_save(self, path, *args, **kwargs):
+        saved.append(Path(path).name)
+        return save(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "save", counted_save)
+    callbacks = make_callbacks(tmp_path, keep_epoch_checkpoints=3)
+    writers = [c for c in callbacks if isinstance(c, (Checkpoint, EpochCheckpoints))]
+    for writer in writers:
+        writer.set_model(model)
+        writer.on_train_begin()
+    last, best = tmp_path / run_dir.LAST_CHECKPOINT, tmp_path / run_dir.BEST_CHECKPOINT
+    ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
+    last_bytes = {}
+    for epoch, val_loss in enumerate([2.0, 3.0, 1.0]):  # the second epoch is not the best
+        model.fit((ids, ids), ids, epochs=1, verbose=0)  # other weights each epoch
+        for writer in writers:
+            writer.on_epoch_end(epoch, {"loss": 1.0, "val_loss": val_loss})
+        last_bytes[epoch + 1] = last.read_bytes()
+    assert saved == [".partial.last.keras"] * 3
+    assert best.read_bytes() == last_bytes[3] != last_bytes[1]
+    assert checkpoints.read_record(best) == {"epoch": 3, "val_loss": 1.0}
+    for epoch, path in enumerate(run_dir.epoch_checkpoints(tmp_path), start=1):
+        assert path.read_bytes() == last_bytes[epoch], path.name
+    assert checkpoints.read_record(run_dir.epoch_checkpoint(tmp_path, 2)) == {
+        "epoch": 2,
+        "val_loss": 3.0,
+    }
+    with open(last, "r+b") as damaged:  # cut short in place
+        damaged.truncate(100)
+    assert checkpoints.read_record(last) is None
+    restored = checkpoints.load_model(best)
+    assert_close(restored((ids, ids)), model((ids, ids)), atol=0)

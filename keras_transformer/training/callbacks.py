@@ -2,9 +2,10 @@
 cooldown, checkpoints, backups.
 
 At the end of an epoch they write in a fixed order (`make_callbacks`): the
-checkpoints, then the backup (`backup.RunBackup`), and last history.json
-(`RunHistory`), which is what records the epoch done. Every file is written
-whole or not at all (`atomic.write_atomically`).
+checkpoints (last.keras saved, and best.keras and the kept epoch checkpoint, when
+the epoch writes them, copied from it), then the backup (`backup.RunBackup`), and
+last history.json (`RunHistory`), which is what records the epoch done. Every file
+is written whole or not at all (`atomic.write_atomically`).
 """
 
 from __future__ import annotations
@@ -201,14 +202,27 @@ class Checkpoint(keras.callbacks.Callback):
     disk records: a missing or unreadable best checkpoint is written again at
     the next epoch. One written by earlier versions, with no record, counts
     as `best_before` (the lowest validation loss in the run's history).
+
+    `copy_of`: a `Checkpoint` that runs before this one at each epoch's end; an
+    epoch it saved is copied from its file (`checkpoints.copy_checkpoint`) rather
+    than saved again. Its record is this one's: both write the epoch and its
+    validation loss.
     """
 
-    def __init__(self, path: str | os.PathLike, best_only: bool = False, best_before=None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        best_only: bool = False,
+        best_before=None,
+        copy_of: Checkpoint | None = None,
+    ):
         super().__init__()
         self.path = Path(path)
         self.best_only = best_only
         self.best_before = best_before
+        self.copy_of = copy_of
         self.best = None
+        self.saved_epoch = None  # the last epoch (from 1) this callback wrote
 
     def on_train_begin(self, logs=None):
         if not self.best_only:
@@ -229,26 +243,40 @@ class Checkpoint(keras.callbacks.Callback):
             if self.best is not None and val_loss >= self.best:
                 return
             self.best = float(val_loss)
-        checkpoints.save_checkpoint(self.model, self.path, **record)
+        write_epoch_state(self.model, self.path, record, self.copy_of)
+        self.saved_epoch = epoch + 1
+
+
+def write_epoch_state(model, path: Path, record: dict, copy_of: Checkpoint | None) -> None:
+    """Writes the state of the epoch `record` names to `path`: a copy of `copy_of`'s file if
+    that callback saved this epoch, else the model saved anew with `record`."""
+    if copy_of is not None and copy_of.saved_epoch == record["epoch"]:
+        checkpoints.copy_checkpoint(copy_of.path, path)
+    else:
+        checkpoints.save_checkpoint(model, path, **record)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
     """Saves the model after every epoch as `checkpoints/epoch_NNNN.keras`, keeping the last `keep`.
 
     They are what `export --average-last N` averages. Each is written whole
-    or not at all, so a kill never leaves half a checkpoint.
+    or not at all, so a kill never leaves half a checkpoint. With `copy_of` (the
+    run's last-checkpoint callback, which runs first) each is a copy of that
+    callback's file of the same epoch, whose record also holds the epoch's
+    validation loss.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, keep: int):
+    def __init__(self, run_dir: str | os.PathLike, keep: int, copy_of: Checkpoint | None = None):
         super().__init__()
         if keep <= 0:
             raise ValueError(f"keep must be positive. Received: keep={keep}")
         self.run_dir = Path(run_dir)
         self.keep = keep
+        self.copy_of = copy_of
 
     def on_epoch_end(self, epoch, logs=None):
         path = run_dir_lib.epoch_checkpoint(self.run_dir, epoch + 1)
-        checkpoints.save_checkpoint(self.model, path, epoch=epoch + 1)
+        write_epoch_state(self.model, path, {"epoch": epoch + 1}, self.copy_of)
         for old in run_dir_lib.epoch_checkpoints(self.run_dir)[: -self.keep]:
             old.unlink()
 
@@ -271,15 +299,21 @@ def make_callbacks(
     `best_val_loss`: the run's best validation loss so far, which a best
     checkpoint written by earlier versions (without its own record) counts as.
     """
+    # The epoch's state is saved once, as last.keras; best.keras and the epoch's own
+    # checkpoint are copies of that file (a base-size model's save serializes 533 MB).
+    last = Checkpoint(run_dir / run_dir_lib.LAST_CHECKPOINT)
     callbacks = [
         StopOnNonFiniteLoss(),
+        last,
         Checkpoint(
-            run_dir / run_dir_lib.BEST_CHECKPOINT, best_only=True, best_before=best_val_loss
+            run_dir / run_dir_lib.BEST_CHECKPOINT,
+            best_only=True,
+            best_before=best_val_loss,
+            copy_of=last,
         ),
-        Checkpoint(run_dir / run_dir_lib.LAST_CHECKPOINT),
     ]
     if keep_epoch_checkpoints:
-        callbacks.append(EpochCheckpoints(run_dir, keep_epoch_checkpoints))
+        callbacks.append(EpochCheckpoints(run_dir, keep_epoch_checkpoints, copy_of=last))
     callbacks += [
         # After the checkpoints and before the history: an epoch that history.json
         # records done has its checkpoints and backup on disk (see backup.py).

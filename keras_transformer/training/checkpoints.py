@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -97,6 +98,15 @@ def save_checkpoint(model, path: str | os.PathLike, **record) -> Path:
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return write_atomically(path, write)
+
+
+def copy_checkpoint(source: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Copies the checkpoint file `source` to `path`, record and all; a kill leaves the old
+    file. The same state under a second name costs a file copy instead of a second save
+    (which serializes every weight and optimizer slot again), and stays a file of its own:
+    damage to one copy leaves the other whole."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_atomically(path, lambda partial: shutil.copyfile(source, partial))
 
 
 def read_record(path: str | os.PathLike) -> dict | None:
