@@ -45,6 +45,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,6 +145,17 @@ def _hook_writes(moment: dict) -> None:
             return _original(self, filepath, *args, **kwargs)
 
         setattr(keras.Model, name, wrapper)
+
+    # best.keras and the epoch checkpoints are copies of last.keras's file
+    # (`checkpoints.copy_checkpoint`): the timer fires partway through the copy.
+    copyfile = shutil.copyfile
+
+    def timed_copy(source, destination, *args, **kwargs):
+        if aimed(destination):
+            _kill_self(after=moment["delay"])
+        return copyfile(source, destination, *args, **kwargs)
+
+    shutil.copyfile = timed_copy
 
     # Text and bytes written by the library: half is written, then the process dies.
     for name in ("write_text", "write_bytes"):

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer import atomic
 from keras_transformer.training import callbacks as callbacks_lib
 from keras_transformer.training import checkpoints, run_dir
 from keras_transformer.training.callbacks import (
@@ -246,23 +247,37 @@ def test_an_epoch_is_saved_once_and_copied_to_its_other_checkpoints(tmp_path, mo
         writer.on_train_begin()
     last, best = tmp_path / run_dir.LAST_CHECKPOINT, tmp_path / run_dir.BEST_CHECKPOINT
     ids = np.array([[5, 6, 7, 0], [4, 3, 0, 0]])
-    last_bytes = {}
+    last_bytes, best_bytes = {}, {}
     for epoch, val_loss in enumerate([2.0, 3.0, 1.0]):  # the second epoch is not the best
         model.fit((ids, ids), ids, epochs=1, verbose=0)  # other weights each epoch
         for writer in writers:
             writer.on_epoch_end(epoch, {"loss": 1.0, "val_loss": val_loss})
-        last_bytes[epoch + 1] = last.read_bytes()
-    assert saved == [".partial.last.keras"] * 3
-    assert best.read_bytes() == last_bytes[3] != last_bytes[1]
+        last_bytes[epoch + 1], best_bytes[epoch + 1] = last.read_bytes(), best.read_bytes()
+    assert saved == [atomic.partial_path(last).name] * 3
+    assert best_bytes == {1: last_bytes[1], 2: last_bytes[1], 3: last_bytes[3]}
+    assert last_bytes[3] != last_bytes[1]
     assert checkpoints.read_record(best) == {"epoch": 3, "val_loss": 1.0}
-    for epoch, path in enumerate(run_dir.epoch_checkpoints(tmp_path), start=1):
+    kept = run_dir.epoch_checkpoints(tmp_path)
+    assert [p.name for p in kept] == ["epoch_0001.keras", "epoch_0002.keras", "epoch_0003.keras"]
+    for epoch, path in enumerate(kept, start=1):
         assert path.read_bytes() == last_bytes[epoch], path.name
-    assert checkpoints.read_record(run_dir.epoch_checkpoint(tmp_path, 2)) == {
-        "epoch": 2,
-        "val_loss": 3.0,
-    }
+    assert checkpoints.read_record(kept[1]) == {"epoch": 2, "val_loss": 3.0}
     with open(last, "r+b") as damaged:  # cut short in place
         damaged.truncate(100)
     assert checkpoints.read_record(last) is None
-    restored = checkpoints.load_model(best)
-    assert_close(restored((ids, ids)), model((ids, ids)), atol=0)
+    for path in (best, kept[-1]):
+        restored = checkpoints.load_model(path)
+        assert_close(restored((ids, ids)), model((ids, ids)), atol=0)
+
+
+def test_an_epoch_checkpoint_is_saved_when_the_last_one_did_not_save_its_epoch(tmp_path):
+    """Without last.keras of the same epoch to copy (its callback given but not run), the
+    epoch checkpoint is saved from the model, with the same record a copy would hold."""
+    model = _compiled_model()
+    last = Checkpoint(tmp_path / run_dir.LAST_CHECKPOINT)
+    epochs = EpochCheckpoints(tmp_path, keep=1, copy_of=last)
+    epochs.set_model(model)
+    epochs.on_epoch_end(0, {"loss": 1.0, "val_loss": 2.0})
+    assert not last.path.exists()
+    (path,) = run_dir.epoch_checkpoints(tmp_path)
+    assert checkpoints.read_record(path) == {"epoch": 1, "val_loss": 2.0}

@@ -233,10 +233,8 @@ class Checkpoint(keras.callbacks.Callback):
         self.best = None if record is None else record.get("val_loss", self.best_before)
 
     def on_epoch_end(self, epoch, logs=None):
-        val_loss = (logs or {}).get("val_loss")
-        record = {"epoch": epoch + 1}
-        if val_loss is not None:
-            record["val_loss"] = float(val_loss)
+        record = epoch_record(epoch, logs)
+        val_loss = record.get("val_loss")
         if self.best_only:
             if val_loss is None or not math.isfinite(val_loss):
                 return
@@ -245,6 +243,16 @@ class Checkpoint(keras.callbacks.Callback):
             self.best = float(val_loss)
         write_epoch_state(self.model, self.path, record, self.copy_of)
         self.saved_epoch = epoch + 1
+
+
+def epoch_record(epoch: int, logs: dict | None) -> dict:
+    """What a checkpoint of epoch `epoch` (from 0, as Keras counts) records: the epoch
+    (from 1) and, when the epoch was validated, its validation loss."""
+    val_loss = (logs or {}).get("val_loss")
+    record = {"epoch": epoch + 1}
+    if val_loss is not None:
+        record["val_loss"] = float(val_loss)
+    return record
 
 
 def write_epoch_state(model, path: Path, record: dict, copy_of: Checkpoint | None) -> None:
@@ -260,10 +268,9 @@ class EpochCheckpoints(keras.callbacks.Callback):
     """Saves the model after every epoch as `checkpoints/epoch_NNNN.keras`, keeping the last `keep`.
 
     They are what `export --average-last N` averages. Each is written whole
-    or not at all, so a kill never leaves half a checkpoint. With `copy_of` (the
-    run's last-checkpoint callback, which runs first) each is a copy of that
-    callback's file of the same epoch, whose record also holds the epoch's
-    validation loss.
+    or not at all, so a kill never leaves half a checkpoint, and records the epoch
+    and its validation loss. With `copy_of` (the run's last-checkpoint callback,
+    which runs first) each is a copy of that callback's file of the same epoch.
     """
 
     def __init__(self, run_dir: str | os.PathLike, keep: int, copy_of: Checkpoint | None = None):
@@ -276,7 +283,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         path = run_dir_lib.epoch_checkpoint(self.run_dir, epoch + 1)
-        write_epoch_state(self.model, path, {"epoch": epoch + 1}, self.copy_of)
+        write_epoch_state(self.model, path, epoch_record(epoch, logs), self.copy_of)
         for old in run_dir_lib.epoch_checkpoints(self.run_dir)[: -self.keep]:
             old.unlink()
 

@@ -3,7 +3,7 @@ core split.
 
 A checkpoint is written whole or not at all (`atomic.write_atomically`) and
 carries a record of where it came from (`RECORD_FILE` inside the archive:
-the epoch, and for the best checkpoint its validation loss), so that the file
+the epoch and, when the epoch was validated, its validation loss), so that the file
 on disk, not a second file that may disagree with it, says what it holds.
 
 Keras stores a layer's weights under the attribute names that lead to it. The
