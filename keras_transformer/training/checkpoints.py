@@ -104,7 +104,7 @@ def copy_checkpoint(source: str | os.PathLike, path: str | os.PathLike) -> Path:
     """Copies the checkpoint file `source` to `path`, record and all; a kill leaves the old
     file. The same state under a second name costs a file copy instead of a second save
     (which serializes every weight and optimizer slot again), and stays a file of its own:
-    damage to one copy leaves the other whole."""
+    damage to one after it is written leaves the other whole."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return write_atomically(path, lambda partial: shutil.copyfile(source, partial))
 
