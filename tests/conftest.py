@@ -38,27 +38,36 @@ TINY_MODEL_OVERRIDES = dict(num_layers=2, max_length=24)
 
 
 # The longest files first (by their time in one `--durations=0` run of the README's test
-# command): pytest-xdist's `--dist loadfile` hands whole files to the two processes, so a
+# command, 2026-12-02; every file over 15 s, so that none of them is handed out last):
+# pytest-xdist's `--dist loadfile` hands whole files to the two processes, so a
 # long file handed out last would run alone at the end. xdist would order the files by
 # their number of tests instead; `pytest_configure` keeps this order.
 LONGEST_FILES = (
     "test_docs.py",
     "test_translator.py",
-    "test_export.py",
     "test_prepared.py",
-    "test_backends.py",
+    "test_export.py",
     "test_decoding.py",
     "test_levers.py",
-    "test_cli.py",
+    "test_backends.py",
     "test_tutorial.py",
     "test_model.py",
     "test_backup.py",
-    "test_serving.py",
+    "test_decoder_step.py",
     "test_training.py",
     "test_notebooks.py",
-    "test_pretrained_run.py",
-    "test_decoder_step.py",
+    "test_cli.py",
     "test_data.py",
+    "test_pretrained_run.py",
+    "test_serving.py",
+    "test_callbacks.py",
+    "test_scoring.py",
+    "test_distribute.py",
+    "test_corpora.py",
+    "test_tokenizers.py",
+    "test_evaluation.py",
+    "test_checkpoints.py",
+    "test_query_chunks.py",
 )
 
 

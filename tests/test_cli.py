@@ -23,7 +23,7 @@ import keras_transformer_launcher as launcher
 from keras_transformer import cli
 from keras_transformer.inference import loaded_export
 from keras_transformer.training.config import TrainConfig
-from tests.helpers import caught_export_saves
+from tests.helpers import caught_export_saves, write_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ["three one four", "one five nine two", "two six", "eight"]
@@ -291,6 +291,29 @@ def test_cli_export_from_a_run_dir_and_translate(cli_export, capsys, monkeypatch
     message = user_error(capsys, argv + ["--version", "4"])
     assert str(model_dir / "4") in message and "exists" in message
     assert sorted(p.name for p in model_dir.iterdir()) == ["3", "4"]
+
+
+def test_cli_export_of_fewer_signatures_and_what_it_refuses(tiny_run_dir, tmp_path, capsys):
+    """`export --signatures serving_default` writes that signature alone: `translate`
+    answers through it, and a search it lacks is a one-line error naming the signature to
+    export (test_export.py checks what such an export holds); a name that is no
+    signature is refused before the run loads."""
+    root = tmp_path / "saved_models"
+    argv = ["export", str(tiny_run_dir), "--name", "greedy", "--export-root", str(root)]
+    assert cli.main(argv + ["--signatures", "serving_default", "--max-length", "16"]) == 0
+    model = str(root / "greedy")
+    assert cli.main(["translate", "--model", model, "three one four"]) == 0
+    assert capsys.readouterr().out.split("\n")[-2] == "3 1 4"
+    message = user_error(capsys, ["translate", "--model", model, "--beam", "2", "nine"])
+    assert "with beam_search among its signatures" in message
+    src, tgt = write_corpus(tmp_path, [("one", "1")])
+    message = user_error(capsys, ["score", "--model", model, "--src", str(src), "--tgt", str(tgt)])
+    assert "with score among its signatures" in message
+    # Checked first: the run named here does not exist.
+    missing = ["export", str(tmp_path / "no_run"), "--name", "x"]
+    message = user_error(capsys, [*missing, "--signatures", "serving_default,beam"])
+    assert "serving_default, beam_search" in message and "'beam'" in message
+    assert sorted(p.name for p in (root / "greedy").iterdir()) == ["1"]
 
 
 def test_cli_translate_n_best_and_prefix(cli_export, tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_transformer.inference import export
+from keras_transformer.inference import export, loaded_export
 from keras_transformer.inference.batch_decoding import JIT_SOURCE_LENGTH_STEP
 from keras_transformer.inference.translator import Translator
 from keras_transformer.text import corpora
@@ -202,6 +202,53 @@ def test_tf_serving_layout_and_next_version(exported, tiny_translation_model):
     assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1"]
 
 
+def test_an_export_of_fewer_signatures_offers_only_what_they_call(exported, tmp_path):
+    """`signatures=` exports those signatures alone: the loaded export offers them, the
+    methods they call and `serving_limits`, and translates as the full export does; what
+    it lacks is refused naming the signature to export. The methods left out are neither
+    traced nor saved (its graph is a fraction of the full one's), and the translator
+    given keeps them."""
+    translator, _, full_path = exported
+    path = export.export_translator(translator, tmp_path, "greedy", signatures="serving_default")
+    loaded, full = tf.saved_model.load(str(path)), tf.saved_model.load(str(full_path))
+    assert list(loaded.signatures) == ["serving_default"]
+    methods = [row.method for row in export.SIGNATURES]
+    assert [name for name in methods if getattr(loaded, name, None) is not None] == ["translate"]
+    assert all(callable(getattr(translator, name)) for name in methods)
+    limits = {key: int(value) for key, value in loaded.serving_limits().items()}
+    assert limits == {key: int(value) for key, value in full.serving_limits().items()}
+    pb_bytes = [(p / "saved_model.pb").stat().st_size for p in (path, full_path)]
+    assert pb_bytes[0] * 3 < pb_bytes[1], pb_bytes
+    texts = ["three one four", "nine five", "", "seven seven two"]
+    alone, among_six = (loaded_export.translate_rows(e, texts) for e in (loaded, full))
+    assert [row[0::2] for row in alone] == [row[0::2] for row in among_six]
+    # The same graph of the same weights in one process: equal up to float noise only.
+    np.testing.assert_allclose(
+        [row[1] for row in alone], [row[1] for row in among_six], rtol=0, atol=1e-6
+    )
+    refused = {
+        "beam_search": lambda: loaded_export.translate_rows(loaded, texts, beam_width=2),
+        "nbest": lambda: loaded_export.translate_nbest_rows(loaded, texts, 2),
+        "greedy_with_prefix": lambda: loaded_export.translate_prefixed_rows(loaded, texts, texts),
+        "score": lambda: loaded_export.score_pairs(loaded, [b"one"], [b"1"]),
+    }
+    for signature, call in refused.items():
+        with pytest.raises(ValueError, match=f"with {signature} among its signatures"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "names", [["beam"], [], ["score", "score"]], ids=["unknown", "none", "twice"]
+)
+def test_the_signatures_to_export_are_named_from_the_table(exported, tmp_path, names):
+    with pytest.raises(ValueError, match="serving_default, beam_search, score, nbest"):
+        export.export_translator(exported[0], tmp_path, "refused", signatures=names)
+    assert not (tmp_path / "refused").exists()
+    # Any order given, the table's order kept.
+    chosen = export.chosen_signatures(["score", "serving_default"])
+    assert chosen == (export.SIGNATURES[0], export.SIGNATURES[2])
+
+
 def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported):
     """What is saved is the translator's frozen twin: its decoder's fused weights are
     variables of the SavedModel, which both signatures read (a change to them changes
@@ -376,15 +423,17 @@ def test_an_export_killed_mid_write_shows_no_version_and_the_next_export_cleans_
         Path(path, "saved_model.pb").write_bytes(b"half")
         raise Killed
 
+    # What the export writes is this file's other tests': one signature does here.
+    one = {"signatures": "serving_default"}
     monkeypatch.setattr(export.tf.saved_model, "save", die_mid_write)
     with pytest.raises(Killed):
-        export.export_translator(translator, root, "killed")
+        export.export_translator(translator, root, "killed", **one)
     monkeypatch.undo()
     # No version is visible to TF Serving, whole or half.
     assert not [p for p in model_dir.iterdir() if p.name.isdigit()]
     with pytest.raises(FileNotFoundError):
         export.latest_version_dir(model_dir)
-    path = export.export_translator(translator, root, "killed")
+    path = export.export_translator(translator, root, "killed", **one)
     assert path == model_dir / "1" and (path / "saved_model.pb").stat().st_size > 1000
     assert sorted(p.name for p in model_dir.iterdir()) == sorted(["1", running.name])
     assert export.next_version(model_dir) == 2

@@ -10,7 +10,12 @@ from keras_transformer.inference.batch_decoding import (
     DEFAULT_MAX_SOURCE_LENGTH,
     DecodingOptions,
 )
-from keras_transformer.inference.export import DEFAULT_EXPORT_ROOT, export_run
+from keras_transformer.inference.export import (
+    DEFAULT_EXPORT_ROOT,
+    SIGNATURE_NAMES,
+    chosen_signatures,
+    export_run,
+)
 from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
 
 
@@ -109,6 +114,14 @@ def add_export_parser(subparsers) -> None:
         default=defaults.length_penalty_alpha,
         help="GNMT length penalty alpha of beam search (default: %(default)s)",
     )
+    parser.add_argument(
+        "--signatures",
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="export only these signatures, comma-separated, of "
+        f"{', '.join(SIGNATURE_NAMES)}: faster to export and lighter to serve, and "
+        "`translate`, `score` and `evaluate` then offer only what they call (default: all)",
+    )
     add_common_flags(parser)
     parser.set_defaults(func=run_export)
 
@@ -125,6 +138,10 @@ def run_export(args: argparse.Namespace) -> int:
         "beam_width",
         "average_last",
     )
+    signatures = None
+    if args.signatures is not None:
+        signatures = [name.strip() for name in args.signatures.split(",")]
+        chosen_signatures(signatures)  # a mistake is refused before the run loads
     path = export_run(
         args.run_dir,
         args.export_root,
@@ -140,6 +157,7 @@ def run_export(args: argparse.Namespace) -> int:
         max_length_b=args.max_length_b,
         beam_width=args.beam_width,
         length_penalty_alpha=args.length_penalty,
+        signatures=signatures,
     )
     print(path)
     return 0

@@ -30,7 +30,9 @@ beam_width)` (any width), `translate_nbest(text, beam_width, num_hypotheses)`,
 `translate_with_prefix(text, prefix)` and `translate_beam_with_prefix(text,
 prefix, beam_width)` with token ids, `score(source, target)`, and
 `serving_limits()`: the source limit, the rows decoded together, the most
-generated tokens and the beam width it was exported with. Calling a loaded
+generated tokens and the beam width it was exported with. An export made with
+fewer signatures (`signatures=`, `keras-transformer export --signatures`) offers
+only the methods its signatures call, and `serving_limits()`. Calling a loaded
 export from Python is `loaded_export.py`'s.
 """
 
@@ -154,8 +156,38 @@ SIGNATURES = (
 )
 
 
-def _signature_functions(translator: Translator) -> dict:
-    """`SIGNATURES` as the `tf.function`s `tf.saved_model.save` takes, by name."""
+SIGNATURE_NAMES = tuple(signature.name for signature in SIGNATURES)
+
+
+def chosen_signatures(names=None) -> tuple[Signature, ...]:
+    """The rows of `SIGNATURES` named in `names` (all of them when None), in the table's
+    order; an unknown or repeated name, or none at all, is a ValueError naming them."""
+    if names is None:
+        return SIGNATURES
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [name for name in names if name not in SIGNATURE_NAMES]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(
+            "`signatures` must name one or more of the export's signatures, each once: "
+            f"{', '.join(SIGNATURE_NAMES)}. Received: signatures={names!r}"
+        )
+    return tuple(signature for signature in SIGNATURES if signature.name in names)
+
+
+def _hide_other_methods(translator: Translator, signatures: tuple[Signature, ...]) -> None:
+    """Hides from `translator` (the copy an export saves) the traced methods that no
+    signature of `signatures` calls. `tf.saved_model.save` saves every `tf.function`
+    attribute of the object it is given, tracing each, so a method left visible would cost
+    the export its tracing (a search is most of an export's time) and stay callable in the
+    loaded export; an instance attribute of None shadows it."""
+    called = {signature.method for signature in signatures}
+    for signature in SIGNATURES:
+        if signature.method not in called:
+            setattr(translator, signature.method, None)
+
+
+def _signature_functions(translator: Translator, signatures: tuple[Signature, ...]) -> dict:
+    """`signatures` as the `tf.function`s `tf.saved_model.save` takes, by name."""
 
     def function_of(signature: Signature):
         method = getattr(translator, signature.method)
@@ -169,7 +201,7 @@ def _signature_functions(translator: Translator) -> dict:
 
         return call
 
-    return {signature.name: function_of(signature) for signature in SIGNATURES}
+    return {signature.name: function_of(signature) for signature in signatures}
 
 
 def export_translator(
@@ -179,6 +211,7 @@ def export_translator(
     version: int | None = None,
     source_tokenizer=None,
     target_tokenizer=None,
+    signatures=None,
     **translator_kwargs,
 ) -> Path:
     """Writes a SavedModel to `export_root/name/version/` and returns that path.
@@ -197,6 +230,10 @@ def export_translator(
             given; saved inside the SavedModel. Defaults to None.
         target_tokenizer: the target tokenizer of the run, when a model is
             given. Defaults to None.
+        signatures: the names of the signatures to export (rows of `SIGNATURES`,
+            e.g. `["serving_default"]`); the loaded export offers only the methods
+            they call, and `serving_limits`. Each signature left out makes the
+            export faster to write and smaller to load. Defaults to None (all six).
         **translator_kwargs: `Translator` arguments (max_length,
             max_source_length, sub_batch_size, beam_width, ...) when a model
             is given.
@@ -213,7 +250,9 @@ def export_translator(
         given = Translator(
             translator_or_model, source_tokenizer, target_tokenizer, **translator_kwargs
         )
+    exported = chosen_signatures(signatures)
     translator = given.frozen()
+    _hide_other_methods(translator, exported)
     check_export_name(name)
     model_dir = Path(export_root) / name
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -228,8 +267,8 @@ def export_translator(
     remove_stale_staging(model_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}-{os.getpid()}-", dir=model_dir))
     try:
-        signatures = _signature_functions(translator)
-        tf.saved_model.save(translator, str(staging), signatures=signatures)
+        functions = _signature_functions(translator, exported)
+        tf.saved_model.save(translator, str(staging), signatures=functions)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -262,7 +301,7 @@ def export_run(
             checkpoints (kept with `keep_epoch_checkpoints`) instead of its
             best checkpoint. Defaults to None (the best).
         **translator_kwargs: `Translator` arguments (max_source_length,
-            sub_batch_size, beam_width, ...).
+            sub_batch_size, beam_width, ...) and `export_translator`'s `signatures`.
 
     Returns:
         the version directory written.

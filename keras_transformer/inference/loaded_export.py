@@ -15,6 +15,7 @@ from keras_transformer.inference.export import (
     NBEST_OUTPUTS,
     PREFIX_OUTPUTS,
     SIGNATURE_OUTPUTS,
+    SIGNATURES,
     latest_version_dir,
 )
 from keras_transformer.inference.scoring import SCORE_OUTPUTS
@@ -23,6 +24,32 @@ from keras_transformer.inference.scoring import SCORE_OUTPUTS
 def load_translator(path: str | os.PathLike):
     """The exported SavedModel at `path` (a version directory or a model directory)."""
     return tf.saved_model.load(str(latest_version_dir(path)))
+
+
+def _signature(saved_model, name: str):
+    """The loaded export's signature `name`, or a ValueError saying how to get it."""
+    if name not in saved_model.signatures:
+        _refuse(saved_model, f"`{name}` signature", name)
+    return saved_model.signatures[name]
+
+
+def _method(saved_model, name: str):
+    """The loaded export's traced method `name` (one of `SIGNATURES`' methods), or a
+    ValueError naming the signature whose export offers it."""
+    method = getattr(saved_model, name, None)
+    if method is None:
+        (signature,) = [row.name for row in SIGNATURES if row.method == name]
+        _refuse(saved_model, f"`{name}` method (the `{signature}` signature's)", signature)
+    return method
+
+
+def _refuse(saved_model, missing: str, signature: str):
+    offered = ", ".join(sorted(saved_model.signatures)) or "no signatures"
+    raise ValueError(
+        f"This export has no {missing}: it offers {offered}. Export the run again "
+        f"with {signature} among its signatures (all six unless `--signatures` names fewer; "
+        "exports made before a signature existed lack it too)."
+    )
 
 
 def _call_in_batches(
@@ -62,12 +89,13 @@ def translate_rows(
     """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
     rows per call. source_truncated is False throughout with exports made before it existed."""
     if beam_width is None:
-        search = saved_model.signatures["serving_default"]
+        search = _signature(saved_model, "serving_default")
     else:
         width = tf.constant(beam_width, tf.int32)
+        translate_beam = _method(saved_model, "translate_beam")
 
         def search(text):
-            return saved_model.translate_beam(text, width)
+            return translate_beam(text, width)
 
     outputs = _call_in_batches(search, {"text": texts}, SIGNATURE_OUTPUTS, batch_size)
     translations = outputs["translation"]
@@ -90,14 +118,16 @@ def translate_nbest_rows(
     export's `nbest` signature when None), `batch_size` rows per call."""
     k = tf.constant(num_hypotheses, tf.int32)
     if beam_width is None:
+        nbest = _signature(saved_model, "nbest")
 
         def search(text):
-            return saved_model.signatures["nbest"](text=text, num_hypotheses=k)
+            return nbest(text=text, num_hypotheses=k)
     else:
         width = tf.constant(beam_width, tf.int32)
+        translate_nbest = _method(saved_model, "translate_nbest")
 
         def search(text):
-            return saved_model.translate_nbest(text, width, k)
+            return translate_nbest(text, width, k)
 
     outputs = _call_in_batches(search, {"text": texts}, NBEST_OUTPUTS, batch_size)
     return [
@@ -119,12 +149,13 @@ def translate_prefixed_rows(
     (text, one per text; "" for none): greedy, or beam search of `beam_width`. Each row is
     (translation, score, source_truncated, prefix_truncated)."""
     if beam_width is None:
-        search = saved_model.translate_with_prefix
+        search = _method(saved_model, "translate_with_prefix")
     else:
         width = tf.constant(beam_width, tf.int32)
+        translate_beam_with_prefix = _method(saved_model, "translate_beam_with_prefix")
 
         def search(text, prefix):
-            return saved_model.translate_beam_with_prefix(text, prefix, width)
+            return translate_beam_with_prefix(text, prefix, width)
 
     outputs = _call_in_batches(
         search, {"text": texts, "prefix": prefixes}, PREFIX_OUTPUTS, batch_size
@@ -153,13 +184,9 @@ def translate_texts(
 
 def score_pairs(saved_model, sources: list[bytes], targets: list[bytes]) -> dict:
     """The `score` signature's outputs (numpy arrays) for one batch of pairs, with a
-    loaded SavedModel. An export made before the signature existed is refused."""
-    if "score" not in saved_model.signatures:
-        raise ValueError(
-            "This export has no `score` signature (it was exported before scoring "
-            "existed): export the run again."
-        )
+    loaded SavedModel. An export without the signature is refused."""
+    score = _signature(saved_model, "score")
     pairs = {"source": sources, "target": targets}
     # One call for all the pairs; the signature itself refuses unequal row counts.
     one_batch = max(len(sources), len(targets), 1)
-    return _call_in_batches(saved_model.signatures["score"], pairs, SCORE_OUTPUTS, one_batch)
+    return _call_in_batches(score, pairs, SCORE_OUTPUTS, one_batch)
