@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--signatures", default="serving_default", help="comma-separated")
     args = parser.parse_args()
-    chosen = args.signatures.split(",")
+    chosen = [name.strip() for name in args.signatures.split(",")]
     export.chosen_signatures(chosen)
     translator = tiny_translator()
     root = tempfile.mkdtemp()

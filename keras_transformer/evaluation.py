@@ -19,7 +19,11 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from sacremoses.corpus import NonbreakingPrefixes
 from tqdm.auto import tqdm
 
-from keras_transformer.inference.loaded_export import load_translator, translate_texts
+from keras_transformer.inference.loaded_export import (
+    load_translator,
+    row_search,
+    translate_texts,
+)
 from keras_transformer.text import corpora
 
 DEFAULT_TOKENIZE = "13a"
@@ -112,9 +116,11 @@ def saved_model_translate_fn(
 ) -> Callable[[list[str]], list[str]]:
     """A function translating a list of strings with an exported SavedModel.
 
-    Greedy search through `serving_default`, or beam search of `beam_width`.
+    Greedy search through `serving_default`, or beam search of `beam_width`; an export
+    without it is refused here, before anything is translated.
     """
     saved_model = load_translator(model_path)
+    row_search(saved_model, beam_width)
 
     def translate(batch: list[str]) -> list[str]:
         return [text for text, _ in translate_texts(saved_model, batch, beam_width, len(batch))]
@@ -185,13 +191,13 @@ def evaluate(
         json.dumps(metadata)
     except TypeError as error:  # before translating, not after
         raise ValueError(f"metadata must be JSON-serializable: {error}") from None
+    if not callable(translate):  # an export that cannot translate is refused before the mkdir
+        translate = saved_model_translate_fn(translate, beam_width)
     if output_dir is not None:
         # Made before translating: a path that cannot be a directory fails now, not
         # after the whole set is translated.
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-    if not callable(translate):
-        translate = saved_model_translate_fn(translate, beam_width)
 
     hypotheses: list[str] = []
     with tqdm(total=len(sources), desc="translating", unit="sent", disable=not progress) as bar:

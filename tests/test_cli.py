@@ -304,11 +304,23 @@ def test_cli_export_of_fewer_signatures_and_what_it_refuses(tiny_run_dir, tmp_pa
     model = str(root / "greedy")
     assert cli.main(["translate", "--model", model, "three one four"]) == 0
     assert capsys.readouterr().out.split("\n")[-2] == "3 1 4"
-    message = user_error(capsys, ["translate", "--model", model, "--beam", "2", "nine"])
-    assert "with beam_search among its signatures" in message
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("9\n", encoding="utf-8")
     src, tgt = write_corpus(tmp_path, [("one", "1")])
-    message = user_error(capsys, ["score", "--model", model, "--src", str(src), "--tgt", str(tgt)])
-    assert "with score among its signatures" in message
+    output_dir = tmp_path / "evaluation"
+    evaluation = ["--src", str(src), "--ref", str(tgt), "--output-dir", str(output_dir)]
+    lacking = [  # (the signature, the command that needs it)
+        ("beam_search", ["translate", "--beam", "2", "nine"]),
+        ("nbest", ["translate", "--n-best", "2", "nine"]),
+        ("greedy_with_prefix", ["translate", "--prefix", str(prefixes), "nine"]),
+        ("beam_search_with_prefix", ["translate", "--prefix", str(prefixes), "--beam", "2", "x"]),
+        ("score", ["score", "--src", str(src), "--tgt", str(tgt)]),
+        ("beam_search", ["evaluate", *evaluation, "--beam", "2", "--no-progress"]),
+    ]
+    for signature, (command, *flags) in lacking:
+        message = user_error(capsys, [command, "--model", model, *flags])
+        assert f"with {signature} among its signatures" in message, (command, flags)
+    assert not output_dir.exists()  # refused before anything is written
     # Checked first: the run named here does not exist.
     missing = ["export", str(tmp_path / "no_run"), "--name", "x"]
     message = user_error(capsys, [*missing, "--signatures", "serving_default,beam"])

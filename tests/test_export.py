@@ -244,6 +244,8 @@ def test_the_signatures_to_export_are_named_from_the_table(exported, tmp_path, n
     with pytest.raises(ValueError, match="serving_default, beam_search, score, nbest"):
         export.export_translator(exported[0], tmp_path, "refused", signatures=names)
     assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="serving_default, beam_search"):  # before the run loads
+        export.export_run(tmp_path / "no_run", tmp_path, "refused", signatures=names)
     # Any order given, the table's order kept.
     chosen = export.chosen_signatures(["score", "serving_default"])
     assert chosen == (export.SIGNATURES[0], export.SIGNATURES[2])

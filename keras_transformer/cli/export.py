@@ -120,7 +120,7 @@ def add_export_parser(subparsers) -> None:
         metavar="NAME[,NAME...]",
         help="export only these signatures, comma-separated, of "
         f"{', '.join(SIGNATURE_NAMES)}: faster to export and lighter to serve, and "
-        "`translate`, `score` and `evaluate` then offer only what they call (default: all)",
+        "`translate`, `score` and `evaluate` then refuse what the export lacks (default: all)",
     )
     add_common_flags(parser)
     parser.set_defaults(func=run_export)

@@ -18,6 +18,7 @@ from keras_transformer.cli.common import (
 )
 from keras_transformer.inference.loaded_export import (
     load_translator,
+    signature_of,
     translate_nbest_rows,
     translate_prefixed_rows,
     translate_rows,
@@ -91,7 +92,6 @@ def run_translate(args: argparse.Namespace) -> int:
             saved_model, texts, beam_width=args.beam, batch_size=args.batch_size
         )
     else:
-        _require(saved_model, "translate_with_prefix", "--prefix")
         results = translate_prefixed_rows(
             saved_model, texts, prefixes, beam_width=args.beam, batch_size=args.batch_size
         )
@@ -106,18 +106,11 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _require(saved_model, function: str, flag: str) -> None:
-    if not hasattr(saved_model, function):
-        raise UserError(f"this export predates {flag}: export the run again to use it")
-
-
 def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace) -> int:
     """`--n-best K`: K lines a sentence, ROW<TAB>SCORE<TAB>TRANSLATION, best first."""
-    _require(saved_model, "translate_nbest", "--n-best")
     if args.beam is None:
-        width = int(
-            saved_model.serving_limits()["beam_width"]
-        )  # every export with translate_nbest has it
+        signature_of(saved_model, "nbest")  # refused before its limits: older exports lack both
+        width = int(saved_model.serving_limits()["beam_width"])
         if args.n_best > width:
             raise UserError(
                 f"--n-best {args.n_best} is above the export's beam width ({width}): "

@@ -306,6 +306,7 @@ def export_run(
     Returns:
         the version directory written.
     """
+    chosen_signatures(translator_kwargs.get("signatures"))  # a mistake, before the run loads
     model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
     if translator_kwargs.get("max_source_length") is None:
         translator_kwargs["max_source_length"] = source_limit_of_run(config)

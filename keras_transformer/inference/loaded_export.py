@@ -26,14 +26,14 @@ def load_translator(path: str | os.PathLike):
     return tf.saved_model.load(str(latest_version_dir(path)))
 
 
-def _signature(saved_model, name: str):
+def signature_of(saved_model, name: str):
     """The loaded export's signature `name`, or a ValueError saying how to get it."""
     if name not in saved_model.signatures:
         _refuse(saved_model, f"`{name}` signature", name)
     return saved_model.signatures[name]
 
 
-def _method(saved_model, name: str):
+def method_of(saved_model, name: str):
     """The loaded export's traced method `name` (one of `SIGNATURES`' methods), or a
     ValueError naming the signature whose export offers it."""
     method = getattr(saved_model, name, None)
@@ -47,8 +47,8 @@ def _refuse(saved_model, missing: str, signature: str):
     offered = ", ".join(sorted(saved_model.signatures)) or "no signatures"
     raise ValueError(
         f"This export has no {missing}: it offers {offered}. Export the run again "
-        f"with {signature} among its signatures (all six unless `--signatures` names fewer; "
-        "exports made before a signature existed lack it too)."
+        f"with {signature} among its signatures (all six unless `--signatures` or "
+        "`signatures=` names fewer; exports made before a signature existed lack it too)."
     )
 
 
@@ -88,22 +88,29 @@ def translate_rows(
 ) -> list[tuple[str, float, bool]]:
     """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
     rows per call. source_truncated is False throughout with exports made before it existed."""
-    if beam_width is None:
-        search = _signature(saved_model, "serving_default")
-    else:
-        width = tf.constant(beam_width, tf.int32)
-        translate_beam = _method(saved_model, "translate_beam")
-
-        def search(text):
-            return translate_beam(text, width)
-
-    outputs = _call_in_batches(search, {"text": texts}, SIGNATURE_OUTPUTS, batch_size)
+    outputs = _call_in_batches(
+        row_search(saved_model, beam_width), {"text": texts}, SIGNATURE_OUTPUTS, batch_size
+    )
     translations = outputs["translation"]
     truncated = outputs.get("source_truncated", np.zeros(len(translations), bool))
     return [
         (_text(t), float(s), bool(c))
         for t, s, c in zip(translations, outputs["score"], truncated, strict=True)
     ]
+
+
+def row_search(saved_model, beam_width: int | None = None):
+    """What `translate_rows` calls: the export's `serving_default` signature, or its beam
+    search of `beam_width`; what the export lacks is refused here, before any call."""
+    if beam_width is None:
+        return signature_of(saved_model, "serving_default")
+    width = tf.constant(beam_width, tf.int32)
+    translate_beam = method_of(saved_model, "translate_beam")
+
+    def search(text):
+        return translate_beam(text, width)
+
+    return search
 
 
 def translate_nbest_rows(
@@ -118,13 +125,13 @@ def translate_nbest_rows(
     export's `nbest` signature when None), `batch_size` rows per call."""
     k = tf.constant(num_hypotheses, tf.int32)
     if beam_width is None:
-        nbest = _signature(saved_model, "nbest")
+        nbest = signature_of(saved_model, "nbest")
 
         def search(text):
             return nbest(text=text, num_hypotheses=k)
     else:
         width = tf.constant(beam_width, tf.int32)
-        translate_nbest = _method(saved_model, "translate_nbest")
+        translate_nbest = method_of(saved_model, "translate_nbest")
 
         def search(text):
             return translate_nbest(text, width, k)
@@ -149,10 +156,10 @@ def translate_prefixed_rows(
     (text, one per text; "" for none): greedy, or beam search of `beam_width`. Each row is
     (translation, score, source_truncated, prefix_truncated)."""
     if beam_width is None:
-        search = _method(saved_model, "translate_with_prefix")
+        search = method_of(saved_model, "translate_with_prefix")
     else:
         width = tf.constant(beam_width, tf.int32)
-        translate_beam_with_prefix = _method(saved_model, "translate_beam_with_prefix")
+        translate_beam_with_prefix = method_of(saved_model, "translate_beam_with_prefix")
 
         def search(text, prefix):
             return translate_beam_with_prefix(text, prefix, width)
@@ -185,7 +192,7 @@ def translate_texts(
 def score_pairs(saved_model, sources: list[bytes], targets: list[bytes]) -> dict:
     """The `score` signature's outputs (numpy arrays) for one batch of pairs, with a
     loaded SavedModel. An export without the signature is refused."""
-    score = _signature(saved_model, "score")
+    score = signature_of(saved_model, "score")
     pairs = {"source": sources, "target": targets}
     # One call for all the pairs; the signature itself refuses unequal row counts.
     one_batch = max(len(sources), len(targets), 1)
