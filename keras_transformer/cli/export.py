@@ -13,7 +13,6 @@ from keras_transformer.inference.batch_decoding import (
 from keras_transformer.inference.export import (
     DEFAULT_EXPORT_ROOT,
     SIGNATURE_NAMES,
-    chosen_signatures,
     export_run,
 )
 from keras_transformer.training.run_dir import BEST_CHECKPOINT, CONFIG_FILE
@@ -138,10 +137,9 @@ def run_export(args: argparse.Namespace) -> int:
         "beam_width",
         "average_last",
     )
-    signatures = None
+    signatures = None  # checked by export_run before the run loads
     if args.signatures is not None:
         signatures = [name.strip() for name in args.signatures.split(",")]
-        chosen_signatures(signatures)  # a mistake is refused before the run loads
     path = export_run(
         args.run_dir,
         args.export_root,
