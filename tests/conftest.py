@@ -78,6 +78,19 @@ except (OSError, AttributeError, TypeError):
     _LIBC = None
 
 
+def _cpu_seconds() -> float:
+    """The CPU time this process has used so far (user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# A gauge of the machine's speed, printed beside the suite's figures: this file is loaded
+# when a test process starts, so by now the process has spent its start, TensorFlow's
+# import (most of it) and this library's. The same suite's time moves with this machine's
+# speed from hour to hour (RESULTS.md); runs are compared by it, not by their time alone.
+_START_CPU_SECONDS = _cpu_seconds()
+
+
 def _rss_gb() -> float:
     """This process's resident memory now, in GB."""
     with open("/proc/self/statm") as statm:
@@ -157,10 +170,12 @@ def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["peak_rss_gb"] = _peak_rss_gb()
+        workeroutput["start_cpu_s"] = _START_CPU_SECONDS
         workeroutput["growth_gb"] = dict(_GROWTH)
 
 
 _WORKER_PEAKS: dict[str, float] = {}
+_WORKER_STARTS: dict[str, float] = {}
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook
@@ -168,15 +183,22 @@ def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {})
     if "peak_rss_gb" in output:
         _WORKER_PEAKS[node.gateway.id] = output["peak_rss_gb"]
+        _WORKER_STARTS[node.gateway.id] = output["start_cpu_s"]
         _GROWTH.update(output["growth_gb"])
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The memory each test process peaked at (the suite must fit a 16 GB machine), and
-    the files that added the most."""
+    """The memory each test process peaked at (the suite must fit a 16 GB machine), the
+    files that added the most, and the gauge of the machine's speed."""
     peaks = _WORKER_PEAKS or {"main": _peak_rss_gb()}
     listed = ", ".join(f"{name} {gb:.1f} GB" for name, gb in sorted(peaks.items()))
     terminalreporter.write_line(f"peak RSS per test process: {listed}")
+    starts = _WORKER_STARTS or {"main": _START_CPU_SECONDS}
+    listed = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(starts.items()))
+    terminalreporter.write_line(
+        f"CPU to start each test process (TensorFlow's import most of it; this machine's "
+        f"speed gauge): {listed}"
+    )
     by_file: dict[str, float] = {}
     for nodeid, gb in _GROWTH.items():
         name = nodeid.split("::")[0].rsplit("/", 1)[-1]
