@@ -174,26 +174,28 @@ def pytest_sessionfinish(session):
         workeroutput["growth_gb"] = dict(_GROWTH)
 
 
-_WORKER_PEAKS: dict[str, float] = {}
-_WORKER_STARTS: dict[str, float] = {}
+# Worker id -> the figures its `pytest_sessionfinish` handed over.
+_WORKER_FIGURES: dict[str, dict] = {}
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook
 def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {})
     if "peak_rss_gb" in output:
-        _WORKER_PEAKS[node.gateway.id] = output["peak_rss_gb"]
-        _WORKER_STARTS[node.gateway.id] = output["start_cpu_s"]
+        _WORKER_FIGURES[node.gateway.id] = output
         _GROWTH.update(output["growth_gb"])
 
 
 def pytest_terminal_summary(terminalreporter):
     """The memory each test process peaked at (the suite must fit a 16 GB machine), the
     files that added the most, and the gauge of the machine's speed."""
-    peaks = _WORKER_PEAKS or {"main": _peak_rss_gb()}
+    figures = _WORKER_FIGURES or {
+        "main": {"peak_rss_gb": _peak_rss_gb(), "start_cpu_s": _START_CPU_SECONDS}
+    }
+    peaks = {name: output["peak_rss_gb"] for name, output in figures.items()}
     listed = ", ".join(f"{name} {gb:.1f} GB" for name, gb in sorted(peaks.items()))
     terminalreporter.write_line(f"peak RSS per test process: {listed}")
-    starts = _WORKER_STARTS or {"main": _START_CPU_SECONDS}
+    starts = {name: output["start_cpu_s"] for name, output in figures.items()}
     listed = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(starts.items()))
     terminalreporter.write_line(
         f"CPU to start each test process (TensorFlow's import most of it; this machine's "
