@@ -31,6 +31,19 @@ def _live(result):
     return np.arange(steps)[None, :] < result.lengths.numpy()[:, None]
 
 
+def test_the_tiny_model_s_greedy_choices_are_far_from_ties(tiny):
+    """What lets the tests compare two computations' tokens on the 16 sentences exactly:
+    at every step greedy search takes, the best token leads the runner-up by 100 times
+    SEARCH_SCORE_ATOL in log-probability (2.4 or more seen, on Eigen's and oneDNN's
+    kernels), so no rounding can swap them; and every row ends before MAX_LENGTH. A
+    CPU whose kernels train a model without that margin fails here first, by name."""
+    result = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
+    assert np.all(result.lengths.numpy() < MAX_LENGTH), result.lengths.numpy()
+    ranked = np.sort(tf.nn.log_softmax(result.logits).numpy(), axis=-1)
+    margins = (ranked[..., -1] - ranked[..., -2])[_live(result)]
+    assert margins.min() >= 100 * SEARCH_SCORE_ATOL, margins.min()
+
+
 def test_cached_greedy_equals_uncached(tiny):
     cached = sampling.greedy_search(tiny.model, tiny.context_ids, MAX_LENGTH, return_logits=True)
     uncached = sampling.greedy_search(
