@@ -27,6 +27,7 @@ from tests.helpers import (
 ATTENTION_WEIGHTS = 4 * 2 + 2
 
 
+@pytest.mark.half_precision
 def test_global_self_attention_battery():
     run_layer_battery(
         kt.GlobalSelfAttention,
@@ -38,6 +39,7 @@ def test_global_self_attention_battery():
     )
 
 
+@pytest.mark.half_precision
 def test_causal_self_attention_battery():
     run_layer_battery(
         kt.CausalSelfAttention,
@@ -48,6 +50,7 @@ def test_causal_self_attention_battery():
     )
 
 
+@pytest.mark.half_precision
 def test_cross_attention_battery():
     run_layer_battery(
         kt.CrossAttention,
@@ -152,6 +155,7 @@ def test_attention_rejects_wrong_feature_size_and_rank():
 # -- the tutorial's construction: keras.layers.MultiHeadAttention's arguments ----------------
 
 
+@pytest.mark.half_precision
 def test_cross_attention_battery_built_from_key_dim():
     # As the tutorial builds it: heads of `key_dim`, the width of the input, and
     # `dropout` on the attention weights (the battery's dropout check uses it).

@@ -67,6 +67,7 @@ def test_run_directory_averages_its_last_epochs_or_says_why_not(tmp_path):
         run_dir.load_model(tmp_path, average_last=4)
 
 
+@pytest.mark.half_precision
 @pytest.mark.parametrize("shared", [False, True], ids=["separate", "shared_embeddings"])
 def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(tmp_path, shared):
     # An export of a run trained under mixed_bfloat16 must not decode in bfloat16.
@@ -90,6 +91,7 @@ def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(
     assert run_dir.load_model(tmp_path, dtype=None).compute_dtype == "bfloat16"
 
 
+@pytest.mark.half_precision
 def test_a_policy_that_would_round_the_weights_is_refused():
     with pytest.raises(ValueError, match="would round them"):
         checkpoints.with_dtype(tiny_transformer(), "bfloat16")

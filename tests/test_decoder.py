@@ -23,6 +23,7 @@ from tests.helpers import (
 DECODER_LAYER_WEIGHTS = 2 * (4 * 2 + 2) + (2 * 2 + 2)
 
 
+@pytest.mark.half_precision
 def test_decoder_layer_battery():
     run_layer_battery(
         kt.DecoderLayer,
@@ -34,6 +35,7 @@ def test_decoder_layer_battery():
     )
 
 
+@pytest.mark.half_precision
 def test_decoder_battery():
     run_layer_battery(
         kt.Decoder,

@@ -125,6 +125,7 @@ def test_cached_searches_equal_uncached(variant):
     np.testing.assert_allclose(beam_fixed.scores.numpy(), beam_uncached.scores.numpy(), atol=1e-5)
 
 
+@pytest.mark.half_precision
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_mixed_precision_step_follows_the_model(variant):
     """Under mixed_bfloat16 the step computes in bfloat16 like the layers and returns

@@ -88,6 +88,7 @@ def test_gradient_is_the_mask_scaled():
     np.testing.assert_allclose(grad, np.where(np.asarray(y) != 0, 1 / (1 - RATE), 0), rtol=1e-6)
 
 
+@pytest.mark.half_precision
 def test_works_in_bfloat16():
     x = tf.ones((8, 16), tf.bfloat16)
     y = HashedDropout(RATE, seed=1, dtype="mixed_bfloat16")(x, training=True)
@@ -104,6 +105,7 @@ def test_config_round_trip_and_bad_arguments():
         HashedDropout(0.1, noise_shape=(None, 1))
 
 
+@pytest.mark.half_precision
 def test_hashed_dropout_battery():
     run_layer_battery(
         HashedDropout,

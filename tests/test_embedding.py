@@ -56,6 +56,7 @@ def test_positional_encoding_rejects_odd_depth():
 # -- PositionalEmbedding -------------------------------------------------------
 
 
+@pytest.mark.half_precision
 def test_positional_embedding_battery():
     layer = run_layer_battery(
         kt.PositionalEmbedding,

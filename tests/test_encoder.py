@@ -24,6 +24,7 @@ from tests.helpers import (
 ENCODER_LAYER_WEIGHTS = (4 * 2 + 2) + (2 * 2 + 2)
 
 
+@pytest.mark.half_precision
 def test_encoder_layer_battery():
     run_layer_battery(
         kt.EncoderLayer,
@@ -35,6 +36,7 @@ def test_encoder_layer_battery():
     )
 
 
+@pytest.mark.half_precision
 def test_encoder_battery():
     run_layer_battery(
         kt.Encoder,
@@ -46,6 +48,7 @@ def test_encoder_battery():
     )
 
 
+@pytest.mark.half_precision
 def test_pre_ln_encoder_battery():
     # Pre-LN stacks end with a layer norm of their own: its gamma and beta.
     run_layer_battery(
@@ -74,6 +77,7 @@ def test_pre_ln_stacks_end_with_a_layer_norm():
     assert kt.Encoder(1, D, H, DFF, VOCAB).final_layernorm is None
 
 
+@pytest.mark.half_precision
 def test_layers_carry_the_dtype_policy_to_sublayers():
     layer = kt.EncoderLayer(D, H, DFF, dtype="mixed_bfloat16")
     out = layer(features())

@@ -1,9 +1,12 @@
 """FeedForward, the position-wise sublayer (`layers/feed_forward.py`)."""
 
+import pytest
+
 import keras_transformer as kt
 from tests.helpers import DFF, D, assert_close, features, run_layer_battery
 
 
+@pytest.mark.half_precision
 def test_feed_forward_battery():
     layer = run_layer_battery(
         kt.FeedForward,

@@ -62,10 +62,12 @@ def probe_battery(expected_num_trainable_weights=2, **init_kwargs):
     )
 
 
+@pytest.mark.half_precision
 def test_layer_battery_passes_a_sound_layer():
     probe_battery()
 
 
+@pytest.mark.half_precision
 @pytest.mark.parametrize(
     "broken, match",
     [

@@ -12,6 +12,7 @@ from keras_transformer.layers.layer_norm import LayerNormalization
 from tests.helpers import D, assert_close, features, run_layer_battery
 
 
+@pytest.mark.half_precision
 def test_layer_norm_battery():
     run_layer_battery(
         LayerNormalization,

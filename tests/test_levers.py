@@ -138,10 +138,12 @@ def mixed_precision_loss(policy):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.half_precision
 def test_mixed_bfloat16_reaches_the_same_loss(baseline):
     np.testing.assert_allclose(mixed_precision_loss("mixed_bfloat16"), baseline, rtol=0.1)
 
 
+@pytest.mark.half_precision
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="mixed_float16 needs a GPU")
 def test_mixed_float16_on_gpu_reaches_the_same_loss(baseline):
     np.testing.assert_allclose(mixed_precision_loss("mixed_float16"), baseline, rtol=0.1)

@@ -47,6 +47,7 @@ def test_label_smoothing_against_a_hand_computation():
     assert float(MaskedLoss(label_smoothing=eps)(label, logits)) == pytest.approx(expected, 1e-5)
 
 
+@pytest.mark.half_precision
 def test_loss_is_float32_for_half_precision_logits():
     labels, logits = _logits_and_labels()
     loss = masked_loss(labels, tf.constant(logits, tf.float16), 0.1)

@@ -171,6 +171,7 @@ def test_fit_traces_its_training_step_once(built, data):
     assert np.all(np.isfinite(history.history["loss"]))
 
 
+@pytest.mark.half_precision
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision(policy):
     model = compiled(tiny_transformer(num_layers=2, **MODEL, dtype=policy))

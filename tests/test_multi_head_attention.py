@@ -1,12 +1,14 @@
 """MultiHeadAttention: attention without residual or norm (`layers/multi_head_attention.py`)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
 from tests.helpers import D, H, assert_close, features, real_mask, run_layer_battery
 
 
+@pytest.mark.half_precision
 def test_multi_head_attention_battery():
     run_layer_battery(
         kt.layers.MultiHeadAttention,

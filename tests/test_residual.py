@@ -1,9 +1,12 @@
 """Residual, the sum, dropout and layer norm around every sublayer (`layers/residual.py`)."""
 
+import pytest
+
 import keras_transformer as kt
 from tests.helpers import D, features, run_layer_battery
 
 
+@pytest.mark.half_precision
 def test_residual_battery():
     run_layer_battery(
         kt.layers.Residual,
