@@ -191,7 +191,8 @@ def truncate(directory):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def pytorch_only(directory):
+def damaged_pytorch_only(directory):
+    """A pytorch_model.bin alone, but not the zip archive torch.save writes."""
     (directory / "model.safetensors").rename(directory / "pytorch_model.bin")
 
 
@@ -205,7 +206,7 @@ BAD = {
         "fc1.weight has shape (32, 16), but config.json makes it (64, 16)",
     ),
     "truncated": (truncate, "model.safetensors cannot be read as safetensors"),
-    "pytorch": (pytorch_only, "pytorch_model.bin: PyTorch pickles are not read"),
+    "pytorch": (damaged_pytorch_only, "pytorch_model.bin is not the zip archive torch.save"),
     "normalize_before": (edit_config(normalize_before=True), "normalize_before=true"),
     "activation": (edit_config(activation_function="gelu_new"), "activation_function='gelu_new'"),
     "final norm": (edit_config(add_final_layer_norm=True), "add_final_layer_norm=true"),
