@@ -28,7 +28,8 @@ COMMANDS = {
     "export": "export a training run as a SavedModel for TF Serving",
     "evaluate": "BLEU and chrF of an exported SavedModel on a test set",
     "plot": "figures: positional encoding, learning rate, attention heads, training curves",
-    "import-marian": "import a MarianMT (OPUS-MT) checkpoint as a run directory",
+    "import": "import a MarianMT, NLLB-200, M2M-100 or mBART-50 checkpoint as a run directory",
+    "import-marian": "import a checkpoint as a run directory (the first name of `import`)",
 }
 
 

@@ -1,10 +1,10 @@
 """`keras-transformer train | prepare | demo | translate | score | export | evaluate | plot |
-import-marian`.
+import` (and `import-marian`, its first name).
 
 A thin command line.
 
 Each subcommand (one module each: `train`, `prepare`, `demo`, `translate`, `score`,
-`export`, `evaluate`, `plot`, `import_marian`; the flags they share in `settings` and
+`export`, `evaluate`, `plot`, `import_checkpoint`; the flags they share in `settings` and
 `common`) only parses flags, calls library functions and
 prints. `train` alone runs where TensorFlow is not installed (from prepared data,
 on JAX or PyTorch); there the others say in one line that they need it. A user error (a file that
@@ -31,7 +31,7 @@ try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's wo
         demo,
         evaluate,
         export,
-        import_marian,
+        import_checkpoint,
         plot,
         prepare,
         score,
@@ -40,7 +40,7 @@ try:  # every command but `train` tokenizes, decodes or exports: TensorFlow's wo
 except ImportError as missing:
     if missing.name not in ("tensorflow", "tensorflow_text"):
         raise
-    demo = evaluate = export = import_marian = plot = prepare = score = translate = None
+    demo = evaluate = export = import_checkpoint = plot = prepare = score = translate = None
 
 # The commands that need TensorFlow: all but `train`.
 TENSORFLOW_COMMANDS = tuple(name for name in COMMANDS if name != "train")
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_export_parser(subparsers)
     evaluate.add_evaluate_parser(subparsers)
     plot.add_plot_parser(subparsers)
-    import_marian.add_import_marian_parser(subparsers)
+    import_checkpoint.add_import_parser(subparsers)
     return parser
 
 

@@ -19,6 +19,11 @@ rows of `SIGNATURES`:
                              outputs and prefix_truncated (bool, [None])
     beam_search_with_prefix: same inputs and outputs, by beam search
 
+A multilingual checkpoint's export (NLLB-200, M2M-100, mBART-50: `MultilingualTranslator`)
+has the same signatures, each with two more string `[None]` inputs, `source_language`
+and `target_language`: a code per row, or one for the whole request (an unknown code
+fails the request with an InvalidArgument error naming it).
+
 `source_truncated` is True for a row whose source was longer than the export's
 source limit and was cut there; `target_truncated`, for a target longer than its
 most generated tokens (`inference.scoring`). `prefix` is target-side text the
@@ -50,10 +55,13 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded Save
 
 from keras_transformer.inference.scoring import SCORE_OUTPUTS, SOURCE_SPEC, TARGET_SPEC
 from keras_transformer.inference.translator import (
+    LANGUAGE_SPECS,
     NUM_HYPOTHESES_SPEC,
     PREFIX_SPEC,
     TEXT_SPEC,
+    MultilingualTranslator,
     Translator,
+    translator_class,
 )
 from keras_transformer.training.run_dir import load_run
 
@@ -174,6 +182,14 @@ def chosen_signatures(names=None) -> tuple[Signature, ...]:
     return tuple(signature for signature in SIGNATURES if signature.name in names)
 
 
+def with_languages(signatures: tuple[Signature, ...]) -> tuple[Signature, ...]:
+    """`signatures` as a multilingual export has them: each also takes `source_language`
+    and `target_language` (string `[None]`: a code per row, or one for the request)."""
+    return tuple(
+        signature._replace(inputs=(*signature.inputs, *LANGUAGE_SPECS)) for signature in signatures
+    )
+
+
 def _hide_other_methods(translator: Translator, signatures: tuple[Signature, ...]) -> None:
     """Hides from `translator` (the copy an export saves) the traced methods that no
     signature of `signatures` calls. `tf.saved_model.save` saves every `tf.function`
@@ -247,10 +263,12 @@ def export_translator(
             raise ValueError(
                 "Exporting a model needs its `source_tokenizer` and `target_tokenizer`."
             )
-        given = Translator(
+        given = translator_class(source_tokenizer)(
             translator_or_model, source_tokenizer, target_tokenizer, **translator_kwargs
         )
     exported = chosen_signatures(signatures)
+    if isinstance(given, MultilingualTranslator):
+        exported = with_languages(exported)
     translator = given.frozen()
     _hide_other_methods(translator, exported)
     check_export_name(name)

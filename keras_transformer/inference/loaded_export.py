@@ -72,6 +72,12 @@ def _call_in_batches(
     return {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
 
 
+def _language_columns(languages: dict | None, rows: int) -> dict[str, list]:
+    """A multilingual export's language inputs as columns of `rows` rows: {} without
+    `languages` ({"source_language": code, "target_language": code})."""
+    return {name: [code] * rows for name, code in (languages or {}).items()}
+
+
 def _strings(texts: list[str | bytes]) -> tf.Tensor:
     return tf.constant(texts, tf.string, shape=[len(texts)])
 
@@ -85,11 +91,15 @@ def translate_rows(
     texts: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
+    languages: dict | None = None,
 ) -> list[tuple[str, float, bool]]:
     """(translation, score, source_truncated) per text with a loaded SavedModel, `batch_size`
-    rows per call. source_truncated is False throughout with exports made before it existed."""
+    rows per call. source_truncated is False throughout with exports made before it existed.
+    A multilingual export takes `languages`: {"source_language": code, "target_language":
+    code}."""
+    columns = {"text": texts, **_language_columns(languages, len(texts))}
     outputs = _call_in_batches(
-        row_search(saved_model, beam_width), {"text": texts}, SIGNATURE_OUTPUTS, batch_size
+        row_search(saved_model, beam_width), columns, SIGNATURE_OUTPUTS, batch_size
     )
     translations = outputs["translation"]
     truncated = outputs.get("source_truncated", np.zeros(len(translations), bool))
@@ -107,8 +117,8 @@ def row_search(saved_model, beam_width: int | None = None):
     width = tf.constant(beam_width, tf.int32)
     translate_beam = method_of(saved_model, "translate_beam")
 
-    def search(text):
-        return translate_beam(text, width)
+    def search(text, **languages):
+        return translate_beam(text=text, beam_width=width, **languages)
 
     return search
 
@@ -119,24 +129,27 @@ def translate_nbest_rows(
     num_hypotheses: int,
     beam_width: int | None = None,
     batch_size: int = 64,
+    languages: dict | None = None,
 ) -> list[tuple[list[tuple[str, float]], bool]]:
     """Each text's `num_hypotheses` best (translation, score), best first, and whether its
     source was cut, with a loaded SavedModel: by beam search of `beam_width` (the
-    export's `nbest` signature when None), `batch_size` rows per call."""
+    export's `nbest` signature when None), `batch_size` rows per call; `languages` as
+    for `translate_rows`."""
     k = tf.constant(num_hypotheses, tf.int32)
     if beam_width is None:
         nbest = signature_of(saved_model, "nbest")
 
-        def search(text):
-            return nbest(text=text, num_hypotheses=k)
+        def search(text, **languages):
+            return nbest(text=text, num_hypotheses=k, **languages)
     else:
         width = tf.constant(beam_width, tf.int32)
         translate_nbest = method_of(saved_model, "translate_nbest")
 
-        def search(text):
-            return translate_nbest(text, width, k)
+        def search(text, **languages):
+            return translate_nbest(text=text, beam_width=width, num_hypotheses=k, **languages)
 
-    outputs = _call_in_batches(search, {"text": texts}, NBEST_OUTPUTS, batch_size)
+    columns = {"text": texts, **_language_columns(languages, len(texts))}
+    outputs = _call_in_batches(search, columns, NBEST_OUTPUTS, batch_size)
     return [
         ([(_text(t), float(s)) for t, s in zip(translations, scores, strict=True)], bool(cut))
         for translations, scores, cut in zip(
@@ -151,22 +164,25 @@ def translate_prefixed_rows(
     prefixes: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
+    languages: dict | None = None,
 ) -> list[tuple[str, float, bool, bool]]:
     """`translate_rows` with each text's translation starting with its target prefix
     (text, one per text; "" for none): greedy, or beam search of `beam_width`. Each row is
-    (translation, score, source_truncated, prefix_truncated)."""
+    (translation, score, source_truncated, prefix_truncated); `languages` as for
+    `translate_rows`."""
     if beam_width is None:
         search = method_of(saved_model, "translate_with_prefix")
     else:
         width = tf.constant(beam_width, tf.int32)
         translate_beam_with_prefix = method_of(saved_model, "translate_beam_with_prefix")
 
-        def search(text, prefix):
-            return translate_beam_with_prefix(text, prefix, width)
+        def search(text, prefix, **languages):
+            return translate_beam_with_prefix(
+                text=text, prefix=prefix, beam_width=width, **languages
+            )
 
-    outputs = _call_in_batches(
-        search, {"text": texts, "prefix": prefixes}, PREFIX_OUTPUTS, batch_size
-    )
+    columns = {"text": texts, "prefix": prefixes, **_language_columns(languages, len(texts))}
+    outputs = _call_in_batches(search, columns, PREFIX_OUTPUTS, batch_size)
     return [
         (_text(t), float(s), bool(c), bool(p))
         for t, s, c, p in zip(
@@ -184,16 +200,21 @@ def translate_texts(
     texts: list[str | bytes],
     beam_width: int | None = None,
     batch_size: int = 64,
+    languages: dict | None = None,
 ) -> list[tuple[str, float]]:
     """(translation, score) per text: `translate_rows` without the truncation flag."""
-    return [row[:2] for row in translate_rows(saved_model, texts, beam_width, batch_size)]
+    rows = translate_rows(saved_model, texts, beam_width, batch_size, languages)
+    return [row[:2] for row in rows]
 
 
-def score_pairs(saved_model, sources: list[bytes], targets: list[bytes]) -> dict:
+def score_pairs(
+    saved_model, sources: list[bytes], targets: list[bytes], languages: dict | None = None
+) -> dict:
     """The `score` signature's outputs (numpy arrays) for one batch of pairs, with a
-    loaded SavedModel. An export without the signature is refused."""
+    loaded SavedModel (`languages` as for `translate_rows`). An export without the
+    signature is refused."""
     score = signature_of(saved_model, "score")
-    pairs = {"source": sources, "target": targets}
+    pairs = {"source": sources, "target": targets, **_language_columns(languages, len(sources))}
     # One call for all the pairs; the signature itself refuses unequal row counts.
     one_batch = max(len(sources), len(targets), 1)
     return _call_in_batches(score, pairs, SCORE_OUTPUTS, one_batch)

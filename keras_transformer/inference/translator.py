@@ -38,6 +38,10 @@ BEAM_WIDTH_SPEC = tf.TensorSpec([], tf.int32, name="beam_width")
 # A target prefix per row, as text (CTranslate2's `target_prefix`); "" for none.
 PREFIX_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
 NUM_HYPOTHESES_SPEC = tf.TensorSpec([], tf.int32, name="num_hypotheses")
+# A multilingual checkpoint's languages: a code per row, or one for every row.
+SOURCE_LANGUAGE_SPEC = tf.TensorSpec([None], tf.string, name="source_language")
+TARGET_LANGUAGE_SPEC = tf.TensorSpec([None], tf.string, name="target_language")
+LANGUAGE_SPECS = (SOURCE_LANGUAGE_SPEC, TARGET_LANGUAGE_SPEC)
 
 
 class Translator(tf.Module):
@@ -128,12 +132,29 @@ class Translator(tf.Module):
 
     # -- graph pieces --------------------------------------------------------
 
-    def _decode(self, text, prefix=None, sampling=None, **search):
+    def _tokenizers(self, rows, languages=None):
+        """(source, target) tokenizers for `rows` rows: the translator's, or with
+        `languages` (source and target codes, one a row or one for all) tokenizers that
+        frame each row with its language (`MultilingualTokenizer.tokenize_in`)."""
+        if languages is None:
+            return self.source_tokenizer, self.target_tokenizer
+        source, target = (
+            _rows_of(codes, rows, spec.name) for codes, spec in zip(languages, LANGUAGE_SPECS)
+        )
+        return (
+            _InLanguage(self.source_tokenizer, source),
+            _InLanguage(self.target_tokenizer, target),
+        )
+
+    def _decode(self, text, prefix=None, sampling=None, languages=None, **search):
         """The decoder's search (`BatchDecoder.decode`'s `search` arguments), or the
         `SamplingSearch` `sampling`, over `text`: `(ids, truncated, result, outputs)`,
         the source ids and cuts (`source_tokens`), the `DecodeResult` and, with `prefix`
-        (target-side strings, one a row), `prefix_truncated`."""
-        ids, truncated = inputs.source_tokens(self.source_tokenizer, text, self.max_source_length)
+        (target-side strings, one a row), `prefix_truncated`. With `languages` (a
+        multilingual checkpoint's source and target codes) the source is read in its
+        language and the target's code is its first token."""
+        source_tokenizer, target_tokenizer = self._tokenizers(tf.shape(text)[0], languages)
+        ids, truncated = inputs.source_tokens(source_tokenizer, text, self.max_source_length)
         outputs = {}
         if prefix is not None:
             rows = tf.debugging.assert_equal(
@@ -141,8 +162,12 @@ class Translator(tf.Module):
             )
             with tf.control_dependencies([rows]):
                 prefix, outputs["prefix_truncated"] = inputs.target_tokens(
-                    self.target_tokenizer, prefix, self.max_length
+                    target_tokenizer, prefix, self.max_length
                 )
+        elif languages is not None:
+            # The target's language code, forced as the first token (transformers'
+            # `forced_bos_token_id`); a prefix in that language starts with it already.
+            prefix = tf.RaggedTensor.from_tensor(target_tokenizer.languages[:, None])
         if sampling is None:
             result = self.decoder.decode(ids, prefix=prefix, **search)
         else:
@@ -203,8 +228,13 @@ class Translator(tf.Module):
         hypotheses (a row limit of one token) fills the rest with empty
         translations scored -inf.
         """
+        return self._nbest(text, beam_width, num_hypotheses)
+
+    def _nbest(self, text, beam_width, num_hypotheses, languages=None):
         k = checked_num_hypotheses(num_hypotheses, beam_width)
-        ids, truncated, result, _ = self._decode(text, beam_width=beam_width, num_hypotheses=k)
+        ids, truncated, result, _ = self._decode(
+            text, beam_width=beam_width, num_hypotheses=k, languages=languages
+        )
         # One translation a hypothesis: rows x k rows to detokenize.
         ragged = tf.RaggedTensor.from_tensor(
             tf.reshape(result.tokens, [-1, self.max_length]),
@@ -251,6 +281,9 @@ class Translator(tf.Module):
             token_scores (float32 `(batch, tokens)`, 0-padded), length (int32
             `(batch,)`, tokens scored), source_truncated and target_truncated.
         """
+        return self._score(source, target)
+
+    def _score(self, source, target, languages=None):
         same_rows = tf.debugging.assert_equal(
             tf.size(source),
             tf.size(target),
@@ -258,11 +291,12 @@ class Translator(tf.Module):
         )
         with tf.control_dependencies([same_rows]):
             source, target = tf.identity(source), tf.identity(target)
+        source_tokenizer, target_tokenizer = self._tokenizers(tf.shape(source)[0], languages)
         context_ids, source_truncated = inputs.source_tokens(
-            self.source_tokenizer, source, self.max_source_length
+            source_tokenizer, source, self.max_source_length
         )
         target_ids, target_truncated = inputs.target_tokens(
-            self.target_tokenizer, target, self.max_length
+            target_tokenizer, target, self.max_length
         )
         result = self.decoder.score(context_ids, target_ids)
         return {
@@ -290,6 +324,8 @@ class Translator(tf.Module):
         return_attention: bool = False,
         num_hypotheses: int | None = None,
         prefix=None,
+        source_language=None,
+        target_language=None,
     ) -> dict[str, Any]:
         """Translates `texts` (a string or a list of strings).
 
@@ -308,6 +344,9 @@ class Translator(tf.Module):
                 translation starts with its row's prefix and continues from it
                 (`translate_with_prefix`); its score counts the prefix too, and
                 "prefix_truncated" says which were cut. Not with `num_hypotheses`.
+            source_language, target_language: a multilingual checkpoint's language
+                codes (`MultilingualTranslator`: both needed), one for every text or
+                one a text. Defaults to None.
 
         Returns:
             dict with "translation" (bytes strings), "score",
@@ -318,6 +357,7 @@ class Translator(tf.Module):
         if isinstance(texts, (str, bytes)):
             texts = [texts]
         text = tf.constant(list(texts), tf.string, shape=[len(texts)])
+        languages = self._language_arguments(source_language, target_language)
         width = self.options.beam_width if beam_width is None else beam_width
         if method == "beam" and width <= 0:
             raise ValueError(f"`beam_width` must be positive. Received: beam_width={width}")
@@ -336,21 +376,28 @@ class Translator(tf.Module):
                     "with `num_hypotheses`."
                 )
             outputs = self.translate_nbest(
-                text, tf.constant(width, tf.int32), tf.constant(num_hypotheses, tf.int32)
+                text,
+                beam_width=tf.constant(width, tf.int32),
+                num_hypotheses=tf.constant(num_hypotheses, tf.int32),
+                **languages,
             )
         elif method == "greedy":
             outputs = (
-                self.translate(text) if prefix is None else self.translate_with_prefix(text, prefix)
+                self.translate(text, **languages)
+                if prefix is None
+                else self.translate_with_prefix(text, prefix=prefix, **languages)
             )
         elif method == "beam":
             width = tf.constant(width, tf.int32)
             outputs = (
-                self.translate_beam(text, width)
+                self.translate_beam(text, beam_width=width, **languages)
                 if prefix is None
-                else self.translate_beam_with_prefix(text, prefix, width)
+                else self.translate_beam_with_prefix(
+                    text, prefix=prefix, beam_width=width, **languages
+                )
             )
         elif method == "sample":
-            outputs = self._sample(text, temperature, top_k, top_p, seed, prefix)
+            outputs = self._sample(text, temperature, top_k, top_p, seed, prefix, languages)
         else:
             raise ValueError(
                 f"`method` must be 'greedy', 'beam' or 'sample'. Received: method={method!r}"
@@ -359,7 +406,31 @@ class Translator(tf.Module):
             outputs.update(self.attention(outputs["context_ids"], outputs["tokens"]))
         return outputs
 
-    def _sample(self, text, temperature, top_k, top_p, seed, prefix=None):
+    def _language_arguments(self, source_language, target_language) -> dict:
+        """The eager call's languages as the traced functions' arguments: {} for a
+        single-pair translator (which refuses them), both for a multilingual one."""
+        given = source_language is not None or target_language is not None
+        if not isinstance(self, MultilingualTranslator):
+            if given:
+                raise ValueError(
+                    "source_language and target_language are a multilingual checkpoint's; "
+                    "this translator translates one language pair."
+                )
+            return {}
+        if source_language is None or target_language is None:
+            raise ValueError(
+                "A multilingual translator needs source_language and target_language "
+                f"(codes such as {', '.join(sorted(self.source_tokenizer.languages)[:3])})."
+            )
+        return {
+            name: tf.constant([code] if isinstance(code, (str, bytes)) else list(code), tf.string)
+            for name, code in (
+                ("source_language", source_language),
+                ("target_language", target_language),
+            )
+        }
+
+    def _sample(self, text, temperature, top_k, top_p, seed, prefix=None, languages=None):
         # Traced once per setting (and once more with a prefix) and reused: a function
         # traced anew each call would keep another graph in the process every call.
         key = (temperature, top_k, top_p, seed)
@@ -374,12 +445,17 @@ class Translator(tf.Module):
                 seed=seed,
             )
             function = tf.function(
-                lambda text, prefix=None: self._translate(text, prefix, sampling=search),
+                lambda text, prefix=None, languages=None: self._translate(
+                    text, prefix, sampling=search, languages=languages
+                ),
                 reduce_retracing=True,
                 autograph=False,
             )
             self._sampling_functions[key] = function
-        return function(text, prefix)
+        codes = None
+        if languages:
+            codes = (languages["source_language"], languages["target_language"])
+        return function(text, prefix, codes)
 
     def attention(self, context_ids, tokens) -> dict[str, Any]:
         """Cross-attention weights of the last decoder layer for decoded `tokens`.
@@ -400,6 +476,85 @@ class Translator(tf.Module):
             "source_tokens": source_tokens,
             "target_tokens": target_tokens,
         }
+
+
+class MultilingualTranslator(Translator):
+    """A `Translator` of a multilingual checkpoint (NLLB-200, M2M-100, mBART-50): every
+    traced function also takes `source_language` and `target_language`, string
+    `(rows,)` codes, or `(1,)` for every row. The source is read in its language
+    (`[code] words </s>`), and the target's code is forced as the first token, as
+    transformers' `forced_bos_token_id` does; `score` scores the target after its code,
+    as transformers' labels hold them. An unknown code fails the call with an
+    InvalidArgument error naming it. Its tokenizers are `MultilingualTokenizer`s;
+    `__call__` needs both languages.
+    """
+
+    @tf.function(input_signature=[TEXT_SPEC, *LANGUAGE_SPECS], autograph=False)
+    def translate(self, text, source_language, target_language):
+        return self._translate(text, languages=(source_language, target_language))
+
+    @tf.function(input_signature=[TEXT_SPEC, *LANGUAGE_SPECS, BEAM_WIDTH_SPEC], autograph=False)
+    def translate_beam(self, text, source_language, target_language, beam_width):
+        languages = (source_language, target_language)
+        return self._translate(text, beam_width=beam_width, languages=languages)
+
+    @tf.function(input_signature=[TEXT_SPEC, *LANGUAGE_SPECS, PREFIX_SPEC], autograph=False)
+    def translate_with_prefix(self, text, source_language, target_language, prefix):
+        return self._translate(text, prefix, languages=(source_language, target_language))
+
+    @tf.function(
+        input_signature=[TEXT_SPEC, *LANGUAGE_SPECS, PREFIX_SPEC, BEAM_WIDTH_SPEC],
+        autograph=False,
+    )
+    def translate_beam_with_prefix(
+        self, text, source_language, target_language, prefix, beam_width
+    ):
+        languages = (source_language, target_language)
+        return self._translate(text, prefix, beam_width=beam_width, languages=languages)
+
+    @tf.function(
+        input_signature=[TEXT_SPEC, *LANGUAGE_SPECS, BEAM_WIDTH_SPEC, NUM_HYPOTHESES_SPEC],
+        autograph=False,
+    )
+    def translate_nbest(self, text, source_language, target_language, beam_width, num_hypotheses):
+        languages = (source_language, target_language)
+        return self._nbest(text, beam_width, num_hypotheses, languages)
+
+    @tf.function(
+        input_signature=[scoring.SOURCE_SPEC, scoring.TARGET_SPEC, *LANGUAGE_SPECS],
+        autograph=False,
+    )
+    def score(self, source, target, source_language, target_language):
+        return self._score(source, target, (source_language, target_language))
+
+
+def translator_class(source_tokenizer) -> type[Translator]:
+    """`MultilingualTranslator` for a multilingual checkpoint's tokenizer, else `Translator`."""
+    return MultilingualTranslator if hasattr(source_tokenizer, "tokenize_in") else Translator
+
+
+class _InLanguage:
+    """A multilingual tokenizer framing each row with its language: what the translator's
+    graph pieces (`inputs.py`) call as any other tokenizer."""
+
+    def __init__(self, tokenizer, codes):
+        self._tokenizer = tokenizer
+        self._codes = codes
+        self.languages = tokenizer.language_ids(codes)
+
+    def tokenize(self, strings):
+        return self._tokenizer.tokenize_in(strings, self._codes)
+
+
+def _rows_of(codes, rows, name: str):
+    """`codes` `(1,)` or `(rows,)` as `(rows,)`; any other count fails the call naming `name`."""
+    count = tf.size(codes)
+    check = tf.debugging.Assert(
+        tf.logical_or(tf.equal(count, 1), tf.equal(count, rows)),
+        [f"{name} must hold one language code, or one per row; it holds", count],
+    )
+    with tf.control_dependencies([check]):
+        return tf.broadcast_to(codes, [rows])
 
 
 def _prefix_rows(prefix, rows: int, num_hypotheses):

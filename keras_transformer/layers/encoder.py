@@ -69,8 +69,12 @@ class Encoder(BlockStack):
         max_length: int. Longest source sequence. Defaults to 2048.
         embedding_scale: float or None. Factor of the token embeddings; None
             is sqrt(d_model). Defaults to None.
-        position_layout: str. "interleaved" or "halves" (`PositionalEmbedding`).
-            Defaults to "interleaved".
+        position_layout: str. "interleaved", "halves", "fairseq" or "learned"
+            (`PositionalEmbedding`). Defaults to "interleaved".
+        position_offset: int. Position t reads row t + `position_offset`.
+            Defaults to 0.
+        embedding_layer_norm: bool. A layer norm after the embeddings and
+            positions. Defaults to False.
         **kwargs: the other block options (`attention_dropout`, `activation`,
             `layer_norm_epsilon`, `normalize_first`, `hashed_dropout`,
             `chunk_queries`), as for EncoderLayer; and base layer arguments.

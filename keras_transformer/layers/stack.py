@@ -15,7 +15,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
     Subclasses name the block class and the attribute that holds the blocks
     (the tutorial's `enc_layers` / `dec_layers`). With `normalize_first=True`
     (pre-LN) a final layer norm follows the last block, as pre-LN stacks need.
-    `embedding_scale` and `position_layout` go to the `PositionalEmbedding`.
+    `embedding_scale`, `position_layout`, `position_offset` and
+    `embedding_layer_norm` go to the `PositionalEmbedding`.
     """
 
     block_class = None
@@ -33,6 +34,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
         max_length=2048,
         embedding_scale=None,
         position_layout="interleaved",
+        position_offset=0,
+        embedding_layer_norm=False,
         **kwargs,
     ):
         options = pop_block_options(kwargs, dropout_rate=dropout_rate)
@@ -49,6 +52,9 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
             self.max_length,
             embedding_scale=embedding_scale,
             position_layout=position_layout,
+            position_offset=position_offset,
+            normalize=embedding_layer_norm,
+            layer_norm_epsilon=options["layer_norm_epsilon"],
             dtype=self.dtype_policy,
             name="embedding",
         )
@@ -81,9 +87,15 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
         return self.embedding.table
 
     def share_embedding(self, other: "BlockStack") -> None:
-        """Embed with `other`'s embedding layer: one layer object, tracked by both, so
-        one table (the paper's shared source and target embeddings)."""
-        self.embedding = other.embedding
+        """Embed with `other`'s token table (the paper's shared source and target
+        embeddings): one layer object, tracked by both. Where each stack has positions
+        or a layer norm of its own (mBART's learned positions and `layernorm_embedding`),
+        only the token table is shared; otherwise the whole embedding layer, as models
+        saved before those options were written."""
+        if self.embedding.position_layout == "learned" or self.embedding.normalize:
+            self.embedding.embedding = other.embedding.embedding
+        else:
+            self.embedding = other.embedding
 
     @property
     def _blocks(self):
@@ -140,6 +152,8 @@ class BlockStack(BlockOptionsMixin, keras.layers.Layer):
             max_length=self.max_length,
             embedding_scale=self.embedding.embedding_scale,
             position_layout=self.embedding.position_layout,
+            position_offset=self.embedding.position_offset,
+            embedding_layer_norm=self.embedding.normalize,
             **self.block_options,
         )
         return config

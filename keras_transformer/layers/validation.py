@@ -7,8 +7,9 @@ import keras
 from keras_transformer.layers import packing
 
 
-def positive_int(name, value):
-    """`value` as a Python int, if it is a positive integer of any integer type.
+def positive_int(name, value, least=1):
+    """`value` as a Python int, if it is an integer >= `least` (1: positive) of any
+    integer type.
 
     Sizes often come from tensors (the tutorial's
     `tokenizers.pt.get_vocab_size().numpy()` is a numpy int32), so numpy
@@ -20,9 +21,15 @@ def positive_int(name, value):
         integer = None if isinstance(value, bool) else operator.index(value)
     except (TypeError, AttributeError):  # floats, strings, None; tensors of other dtypes
         integer = None
-    if integer is None or integer <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    if integer is None or integer < least:
+        kind = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ValueError(f"`{name}` must be {kind}. Received: {name}={value!r}")
     return integer
+
+
+def non_negative_int(name, value):
+    """`value` as a Python int, if it is an integer >= 0 (`positive_int`'s rules)."""
+    return positive_int(name, value, least=0)
 
 
 def check_rate(name, value):

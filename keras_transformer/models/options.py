@@ -15,6 +15,8 @@ MODEL_OPTIONS = {
     "decoder_layers": None,
     "embedding_scale": None,
     "position_layout": "interleaved",
+    "position_offset": 0,
+    "embedding_layer_norm": False,
     "logits_bias": False,
     "source_start": True,
 }
@@ -28,8 +30,12 @@ MODEL_OPTION_HELP = {
     "decoder_layers": "blocks in the decoder, where they differ from the encoder's; unset: "
     "num_layers",
     "embedding_scale": "factor of the token embeddings; unset: sqrt(d_model), the paper's",
-    "position_layout": "sinusoidal positions: interleaved (the paper's sine, cosine pairs) or "
-    "halves (the sines, then the cosines: Marian's)",
+    "position_layout": "positions: sinusoidal interleaved (the paper's sine, cosine pairs), "
+    "halves (the sines, then the cosines: Marian's) or fairseq (M2M-100's, NLLB's), or "
+    "learned (mBART's)",
+    "position_offset": "position t reads row t + offset of the positions (fairseq's models: 2)",
+    "embedding_layer_norm": "a layer norm after the embeddings and positions (mBART's "
+    "layernorm_embedding)",
     "logits_bias": "a learned bias per target id after the tied output projection (Marian's "
     "final logits bias)",
     "source_start": "the encoder reads the source's [START]; false: it starts at the first "

@@ -61,9 +61,16 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
         embedding_scale: float or None. Factor of the token embeddings, source
             and target. Defaults to None: sqrt(d_model), the paper's (Marian's
             `scale_embedding=False` is 1.0).
-        position_layout: str. "interleaved" (the paper's sine, cosine pairs)
-            or "halves" (the sines in the first half of the features, the
-            cosines in the second: Marian's). Defaults to "interleaved".
+        position_layout: str. "interleaved" (the paper's sine, cosine pairs),
+            "halves" (the sines in the first half of the features, the
+            cosines in the second: Marian's), "fairseq" (halves with
+            fairseq's frequencies: M2M-100's and NLLB's) or "learned" (a
+            trained table per stack: mBART's). Defaults to "interleaved".
+        position_offset: int. Position t reads row t + `position_offset` of
+            the positions (fairseq's models: 2). Defaults to 0.
+        embedding_layer_norm: bool. A layer norm after the embeddings and
+            positions of each stack (mBART's `layernorm_embedding`).
+            Defaults to False.
         logits_bias: bool. Add a learned bias per target id to the tied
             output projection's logits (Marian's `final_logits_bias`); needs
             `tie_embeddings=True` (an untied projection has its own bias).
@@ -109,6 +116,8 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
         decoder_layers=MODEL_OPTIONS["decoder_layers"],
         embedding_scale=MODEL_OPTIONS["embedding_scale"],
         position_layout=MODEL_OPTIONS["position_layout"],
+        position_offset=MODEL_OPTIONS["position_offset"],
+        embedding_layer_norm=MODEL_OPTIONS["embedding_layer_norm"],
         logits_bias=MODEL_OPTIONS["logits_bias"],
         source_start=MODEL_OPTIONS["source_start"],
         **kwargs,
@@ -159,6 +168,8 @@ class Transformer(BlockOptionsMixin, DecodingStepsMixin, keras.Model):
             max_length=max_length,
             embedding_scale=embedding_scale,
             position_layout=position_layout,
+            position_offset=position_offset,
+            embedding_layer_norm=embedding_layer_norm,
             dtype=self.dtype_policy,
             **block_options,
         )

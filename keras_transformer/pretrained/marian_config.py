@@ -9,12 +9,8 @@ check here runs before a weight is read or a file written, and each failure is o
 line naming the file or the setting (`CheckpointError`).
 
 Ids. Marian's `</s>` is 0, `<unk>` 1 and `<pad>` the last id, and its decoder starts
-from `decoder_start_token_id` (= pad). The library's masks are built from id 0, and
-its reserved ids are [PAD] 0, [UNK] 1, [START] 2, [END] 3. So each side's vocabulary
-is reordered (`Vocabulary.order`): library id i is Marian id order[i], with pad,
-unk, the decoder's start and eos first and every other id after them in Marian's
-order. One more row than Marian's: [START] repeats the start id's row, so that the
-decoder's first step computes what Marian's computes.
+from `decoder_start_token_id` (= pad): each side's vocabulary is reordered into the
+library's ids (`vocabulary.py`).
 """
 
 from __future__ import annotations
@@ -23,10 +19,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
-
-from keras_transformer.constants import PAD_ID, START_ID
 from keras_transformer.pretrained.safetensors_io import CheckpointError
+from keras_transformer.pretrained.vocabulary import Vocabulary
 
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -35,8 +29,6 @@ VOCAB_FILE, TARGET_VOCAB_FILE = "vocab.json", "target_vocab.json"
 # transformers' activation names Marian checkpoints use -> Keras' (transformers'
 # "gelu" is the exact, erf form, as Keras' "gelu" by default).
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
-# The name of the [START] row in an imported vocabulary: never a piece of text.
-START_PIECE = "[START]"
 # Settings of related configs (BART, mBART, Pegasus) that change the computation in
 # ways the library's Transformer does not: refused when set so.
 UNSUPPORTED = {
@@ -54,20 +46,6 @@ LAYER_NORM_EPSILON = 1e-5
 # to any other logit, while a loss with label smoothing stays finite in fine-tuning,
 # and the value is within float16's range.
 SUPPRESSED_LOGIT_BIAS = -1e4
-
-
-@dataclasses.dataclass(frozen=True)
-class Vocabulary:
-    """One side's vocabulary: Marian's pieces by id, and the library's order of them."""
-
-    pieces: list[str]  # Marian id -> piece
-    order: np.ndarray  # library id -> Marian id (one more than Marian's: [START])
-
-    def library_pieces(self) -> list[str]:
-        """The pieces in library id order, [START] named `START_PIECE`."""
-        pieces = [self.pieces[i] for i in self.order]
-        pieces[START_ID] = START_PIECE
-        return pieces
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +247,4 @@ def _vocabulary(path: Path, config: dict, size_name: str, side: str) -> Vocabula
             raise CheckpointError(
                 f"{CONFIG_FILE}: decoder_start_token_id={start!r} is not an id of {path.name}."
             )
-    special = {pad, unk, eos}
-    order = np.array([pad, unk, start, eos, *(i for i in range(size) if i not in special)])
-    assert order[PAD_ID] == pad
-    return Vocabulary(pieces, order)
+    return Vocabulary.reordered(pieces, pad, unk, start, eos)

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.pretrained.checkpoint_error import CheckpointError
+from keras_transformer.pretrained.torch_pickle import read_torch_file
+
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_FILE = "pytorch_model.bin"
 PYTORCH_INDEX = "pytorch_model.bin.index.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be imported: the message names the file or setting."""
 
 
 def read_weights(directory: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -45,8 +44,8 @@ def read_weights(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     readers = {
         SAFETENSORS_FILE: _read_file,
         SAFETENSORS_INDEX: lambda index: _read_shards(index, _read_file),
-        PYTORCH_FILE: _read_pytorch,
-        PYTORCH_INDEX: lambda index: _read_shards(index, _read_pytorch),
+        PYTORCH_FILE: read_torch_file,
+        PYTORCH_INDEX: lambda index: _read_shards(index, read_torch_file),
     }
     for name, read in readers.items():
         if (directory / name).is_file():
@@ -67,13 +66,6 @@ def _read_file(path: Path) -> dict[str, np.ndarray]:
         raise CheckpointError(
             f"{path} cannot be read as safetensors (truncated or damaged?): {error}"
         ) from None
-
-
-def _read_pytorch(path: Path) -> dict[str, np.ndarray]:
-    # Imported here: torch_pickle imports this module's CheckpointError.
-    from keras_transformer.pretrained.torch_pickle import read_torch_file
-
-    return read_torch_file(path)
 
 
 def _read_shards(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.pretrained.safetensors_io import CheckpointError
+from keras_transformer.pretrained.checkpoint_error import CheckpointError
 
 # torch's storage classes, as the pickle names them (`torch.FloatStorage`), and the numpy
 # type of their elements; bfloat16 is read as its bits, float32's upper half.

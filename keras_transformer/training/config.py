@@ -139,8 +139,9 @@ class TrainConfig:
         "sentencepiece",
         "sentencepiece (reversible: translations keep their case, spacing and "
         "punctuation) or wordpiece (the TensorFlow tutorial's: punctuation set off by spaces); "
-        "marian: an imported checkpoint's, taken from init_from, never learned",
-        choices=("sentencepiece", "wordpiece", "marian"),
+        "marian: an imported checkpoint's, taken from init_from, never learned; "
+        "multilingual: an imported NLLB, M2M-100 or mBART-50 checkpoint's, likewise",
+        choices=("sentencepiece", "wordpiece", "marian", "multilingual"),
     )
     shared_vocab: bool = setting(
         False, "one joint vocabulary for source and target, learned from both sides"
@@ -258,6 +259,8 @@ class TrainConfig:
     decoder_layers: int | None = model_option("decoder_layers")
     embedding_scale: float | None = model_option("embedding_scale")
     position_layout: str = model_option("position_layout")
+    position_offset: int = model_option("position_offset")
+    embedding_layer_norm: bool = model_option("embedding_layer_norm")
     logits_bias: bool = model_option("logits_bias")
     source_start: bool = model_option("source_start")
 
@@ -315,6 +318,8 @@ class TrainConfig:
         }
         if self.tokenizer == "marian":  # its SentencePiece models normalize alone
             return {"kind": self.tokenizer, "shared_vocab": False}
+        if self.tokenizer == "multilingual":  # one SentencePiece model, normalizing alone
+            return {"kind": self.tokenizer, "shared_vocab": True}
         if self.tokenizer == "sentencepiece":
             settings["subword_model"] = self.subword_model
             settings["vocab_size"] = self.vocab_size

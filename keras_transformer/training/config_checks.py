@@ -166,10 +166,10 @@ def _check_tokenizer_settings(config) -> None:
             "subword_alpha cannot be used with strategy='multi_worker': each worker "
             "would sample different batches. Use subword_alpha=0 there."
         )
-    if config.tokenizer == "marian" and not config.init_from:
+    if config.tokenizer in ("marian", "multilingual") and not config.init_from:
         raise ValueError(
-            "tokenizer='marian' is an imported checkpoint's, never learned: give init_from "
-            "(--init-from RUN, a run directory that keras-transformer import-marian wrote)."
+            f"tokenizer={config.tokenizer!r} is an imported checkpoint's, never learned: give "
+            "init_from (--init-from RUN, a run directory that keras-transformer import wrote)."
         )
     if config.subword_alpha and config.tokenizer != "sentencepiece":
         raise ValueError(

@@ -50,6 +50,8 @@ JOINT_SPM_FILE = "spm_joint.model"
 SOURCE_MARIAN_FILE = "marian_source.json"
 TARGET_MARIAN_FILE = "marian_target.json"
 JOINT_MARIAN_FILE = "marian_joint.json"
+# An imported multilingual checkpoint's one tokenizer (NLLB, M2M-100, mBART-50).
+MULTILINGUAL_FILE = "multilingual.json"
 # Tokenizer kind -> (source file, target file, joint file).
 TOKENIZER_FILES = {
     "sentencepiece": (SOURCE_SPM_FILE, TARGET_SPM_FILE, JOINT_SPM_FILE),
@@ -57,6 +59,7 @@ TOKENIZER_FILES = {
     # Marian's sides have SentencePiece models of their own even where one vocabulary
     # serves both: an imported run never has a joint file.
     "marian": (SOURCE_MARIAN_FILE, TARGET_MARIAN_FILE, JOINT_MARIAN_FILE),
+    "multilingual": (SOURCE_MARIAN_FILE, TARGET_MARIAN_FILE, MULTILINGUAL_FILE),
 }
 # A "tokenizer" section without a kind was written before SentencePiece came: WordPiece.
 LEGACY_TOKENIZER_KIND = "wordpiece"
@@ -80,6 +83,9 @@ CONFIG_KEYS = {
     "files": None,
     # An imported checkpoint's origin (keras_transformer.pretrained): kind, checkpoint.
     "pretrained": None,
+    # An imported checkpoint's own decoding settings (generation_config.json), which its
+    # export decodes with unless told otherwise.
+    "generation": None,
 }
 
 

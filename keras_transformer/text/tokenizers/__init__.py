@@ -9,6 +9,8 @@ Two kinds, with one interface (`tokenize`, `detokenize`, `lookup`,
   WordPiece, which sets punctuation off by spaces and usually lowercases.
 - `MarianTokenizer`: an imported Marian (OPUS-MT) checkpoint's, never learned
   here (`keras_transformer.pretrained`).
+- `MultilingualTokenizer`: an imported NLLB-200, M2M-100 or mBART-50 checkpoint's,
+  a language code per row.
 
 Both reserve the same ids: [PAD]=0, [UNK]=1, [START]=2, [END]=3.
 """
@@ -41,6 +43,7 @@ if tensorflow_text is not None:
         read_marian_tokenizer,
         write_marian_tokenizer,
     )
+    from keras_transformer.text.tokenizers.multilingual import MultilingualTokenizer
     from keras_transformer.text.tokenizers.normalization import normalize_text
     from keras_transformer.text.tokenizers.sentencepiece import (
         SentencePieceTokenizer,
@@ -61,6 +64,7 @@ if tensorflow_text is not None:
         SentencePieceTokenizer.kind: SentencePieceTokenizer,
         WordPieceTokenizer.kind: WordPieceTokenizer,
         MarianTokenizer.kind: MarianTokenizer,
+        MultilingualTokenizer.kind: MultilingualTokenizer,
     }
 
 
@@ -68,6 +72,7 @@ __all__ = [
     "END",
     "END_ID",
     "MarianTokenizer",
+    "MultilingualTokenizer",
     "NORMALIZATION_FORMS",
     "PAD",
     "PAD_ID",

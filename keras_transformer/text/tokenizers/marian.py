@@ -49,34 +49,50 @@ _CODE = r"(?s)^(>>.*?<<)"
 _WORD_START = "\u2581"  # SentencePiece's "▁"
 
 
-def write_marian_tokenizer(
-    path: str | os.PathLike, sentencepiece_model: bytes, pieces: list[str]
+def encode_tokenizer_file(
+    path: str | os.PathLike, file_format: str, sentencepiece_model: bytes, pieces, extra=None
 ) -> str:
-    """Writes a side's tokenizer file (atomically): its SentencePiece model and its
-    pieces in the library's id order. Returns the path."""
+    """Writes a tokenizer file of `file_format` (atomically): its SentencePiece model,
+    its pieces in the library's id order and `extra` fields. Returns the path."""
     value = {
-        "format": FORMAT,
+        "format": file_format,
         "pieces": list(pieces),
         "sentencepiece_model": base64.b64encode(sentencepiece_model).decode("ascii"),
+        **(extra or {}),
     }
     text = json.dumps(value, ensure_ascii=False) + "\n"
     return os.fspath(write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8")))
 
 
-def read_marian_tokenizer(path: str | os.PathLike) -> tuple[bytes, list[str]]:
-    """(SentencePiece model, pieces) of a tokenizer file; errors name the file."""
+def decode_tokenizer_file(path: str | os.PathLike, file_format: str, what: str):
+    """(SentencePiece model, pieces, the whole value) of a tokenizer file of `file_format`;
+    errors name the file."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"Marian tokenizer {path} is missing.") from None
+        raise FileNotFoundError(f"{what} {path} is missing.") from None
     except (OSError, ValueError) as error:
-        raise ValueError(f"Marian tokenizer {path} cannot be read: {error}") from None
-    if not isinstance(value, dict) or value.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a Marian tokenizer file of this version ({FORMAT}).")
+        raise ValueError(f"{what} {path} cannot be read: {error}") from None
+    if not isinstance(value, dict) or value.get("format") != file_format:
+        raise ValueError(f"{path} is not a {what} file of this version ({file_format}).")
     pieces = value.get("pieces")
     if not isinstance(pieces, list) or len(pieces) <= len(RESERVED_TOKENS):
         raise ValueError(f"{path}: its pieces must be a list of more than 4 strings.")
-    return base64.b64decode(value["sentencepiece_model"]), [str(piece) for piece in pieces]
+    return base64.b64decode(value["sentencepiece_model"]), [str(piece) for piece in pieces], value
+
+
+def write_marian_tokenizer(
+    path: str | os.PathLike, sentencepiece_model: bytes, pieces: list[str]
+) -> str:
+    """Writes a side's tokenizer file (atomically): its SentencePiece model and its
+    pieces in the library's id order. Returns the path."""
+    return encode_tokenizer_file(path, FORMAT, sentencepiece_model, pieces)
+
+
+def read_marian_tokenizer(path: str | os.PathLike) -> tuple[bytes, list[str]]:
+    """(SentencePiece model, pieces) of a tokenizer file; errors name the file."""
+    proto, pieces, _ = decode_tokenizer_file(path, FORMAT, "Marian tokenizer")
+    return proto, pieces
 
 
 class MarianTokenizer(tf.Module):
@@ -151,6 +167,15 @@ class MarianTokenizer(tf.Module):
         has_code = tf.strings.regex_full_match(strings, _CODE + ".*")
         code = tf.strings.regex_replace(strings, _CODE + ".*", r"\1")
         text = tf.strings.regex_replace(strings, _CODE, "")
+        codes = tf.RaggedTensor.from_row_lengths(
+            tf.boolean_mask(self._table.lookup(code), has_code),
+            tf.cast(has_code, tf.int64),
+            validate=False,
+        )
+        return between_start_and_end(tf.concat([codes, self.pieces_of(text)], axis=1))
+
+    def pieces_of(self, text):
+        """`(batch,)` strings -> ragged int64 ids of their SentencePiece pieces."""
         values, row_splits = sentencepiece_ops.sentencepiece_tokenize_op(
             self._model.resource_handle,
             text,
@@ -161,22 +186,20 @@ class MarianTokenizer(tf.Module):
             reverse=False,
             out_type=tf.string,
         )
-        pieces = tf.RaggedTensor.from_row_splits(
+        return tf.RaggedTensor.from_row_splits(
             self._table.lookup(values), row_splits, validate=False
         )
-        codes = tf.RaggedTensor.from_row_lengths(
-            tf.boolean_mask(self._table.lookup(code), has_code),
-            tf.cast(has_code, tf.int64),
-            validate=False,
-        )
-        return between_start_and_end(tf.concat([codes, pieces], axis=1))
 
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)], autograph=False)
     def detokenize(self, ids):
         """Ragged ids `(batch, None)` -> `(batch,)` strings, as `MarianTokenizer.decode(ids,
         skip_special_tokens=True)`: reserved and unknown ids dropped."""
         keep = (ids >= len(RESERVED_TOKENS)) & (ids < self.vocab_size)
-        ids = tf.ragged.boolean_mask(ids, keep)
+        return self.join_pieces(tf.ragged.boolean_mask(ids, keep))
+
+    def join_pieces(self, ids):
+        """Ragged ids -> `(batch,)` strings: the pieces joined, "▁" read as a space, the
+        ends stripped."""
         text = tf.strings.reduce_join(ids.with_flat_values(self._piece(ids.flat_values)), axis=1)
         return tf.strings.strip(tf.strings.regex_replace(text, _WORD_START, " "))
 
