@@ -20,6 +20,7 @@ from sacremoses.corpus import NonbreakingPrefixes
 from tqdm.auto import tqdm
 
 from keras_transformer.inference.loaded_export import (
+    checked_languages,
     load_translator,
     row_search,
     translate_texts,
@@ -112,18 +113,24 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 
 
 def saved_model_translate_fn(
-    model_path: str | os.PathLike, beam_width: int | None = None
+    model_path: str | os.PathLike,
+    beam_width: int | None = None,
+    source_language: str | None = None,
+    target_language: str | None = None,
 ) -> Callable[[list[str]], list[str]]:
     """A function translating a list of strings with an exported SavedModel.
 
     Greedy search through `serving_default`, or beam search of `beam_width`; an export
-    without it is refused here, before anything is translated.
+    without it is refused here, before anything is translated, and so is a multilingual
+    export without both languages (or a single-pair one given them).
     """
     saved_model = load_translator(model_path)
     row_search(saved_model, beam_width)
+    languages = checked_languages(saved_model, source_language, target_language)
 
     def translate(batch: list[str]) -> list[str]:
-        return [text for text, _ in translate_texts(saved_model, batch, beam_width, len(batch))]
+        rows = translate_texts(saved_model, batch, beam_width, len(batch), languages)
+        return [text for text, _ in rows]
 
     return translate
 
@@ -140,6 +147,8 @@ def evaluate(
     progress: bool = True,
     moses_lang: str | None = None,
     metadata: dict | None = None,
+    source_language: str | None = None,
+    target_language: str | None = None,
 ) -> dict:
     """Translates `sources` and scores the result against `references`.
 
@@ -155,6 +164,8 @@ def evaluate(
             (`moses_form`: lowercased, punctuation-normalized, tokenized), for
             references made that way; needs `tokenize="none"`. translations.txt
             keeps them as the model wrote them.
+        source_language, target_language: a multilingual export's languages, when
+            `translate` is a path (both needed there; none for a single-pair export).
         metadata: fields recorded beside the scores (in the result and in
             scores.json), such as the model and the search, so that a
             scores.json says what produced it. JSON-serializable, and none of
@@ -192,7 +203,9 @@ def evaluate(
     except TypeError as error:  # before translating, not after
         raise ValueError(f"metadata must be JSON-serializable: {error}") from None
     if not callable(translate):  # an export that cannot translate is refused before the mkdir
-        translate = saved_model_translate_fn(translate, beam_width)
+        translate = saved_model_translate_fn(
+            translate, beam_width, source_language, target_language
+        )
     if output_dir is not None:
         # Made before translating: a path that cannot be a directory fails now, not
         # after the whole set is translated.

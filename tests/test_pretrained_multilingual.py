@@ -11,6 +11,8 @@ the test asserts with both scores.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -226,3 +228,131 @@ def test_weights_of_another_shape_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"fc1.weight has shape \(48, 24\), but config"):
         import_checkpoint(checkpoint, tmp_path / "run")
     assert list(tmp_path.iterdir()) == [checkpoint]
+
+
+# -- the export: a language per row, in a process without this library ---------------
+
+FRESH_PROCESS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+assert "keras_transformer" not in sys.modules
+request = json.load(sys.stdin)
+loaded = tf.saved_model.load(sys.argv[1])
+strings = lambda values: tf.constant(values, tf.string)
+text = strings(request["texts"])
+languages = dict(
+    source_language=strings(request["source_languages"]),
+    target_language=strings(request["target_languages"]),
+)
+answers = {}
+for name in ("serving_default", "beam_search", "greedy_with_prefix"):
+    inputs = dict(text=text, **languages)
+    if name == "greedy_with_prefix":
+        inputs["prefix"] = strings([""] * len(request["texts"]))
+    out = loaded.signatures[name](**inputs)
+    answers[name] = [t.decode() for t in out["translation"].numpy()]
+out = loaded.signatures["nbest"](text=text, num_hypotheses=tf.constant(2), **languages)
+answers["nbest"] = [[t.decode() for t in row] for row in out["translations"].numpy()]
+count = len(request["targets"])
+out = loaded.signatures["score"](
+    source=text[:count],
+    target=strings(request["targets"]),
+    source_language=languages["source_language"][:count],
+    target_language=strings(request["target_languages_of_targets"]),
+)
+answers["score"] = out["score"].numpy().tolist()
+one = loaded.signatures["serving_default"](
+    text=text, source_language=strings(["eng_Latn"]), target_language=strings(["deu_Latn"])
+)
+answers["one_language_for_all"] = [t.decode() for t in one["translation"].numpy()]
+try:
+    loaded.signatures["serving_default"](
+        text=text[:2], source_language=strings(["eng_Latn", "xx_Unknown"]),
+        target_language=strings(["deu_Latn"]),
+    )
+except tf.errors.InvalidArgumentError as error:
+    answers["unknown"] = error.message
+answers["languages"] = [c.decode() for c in loaded.languages().numpy()]
+print(json.dumps(answers))
+"""
+
+
+@pytest.fixture(scope="module")
+def nllb_export(tmp_path_factory):
+    """The NLLB fixture imported and exported once for this file's export tests, decoding
+    as the references were made: at most `max_length - 1` tokens, no other cap, beam 4."""
+    from keras_transformer.inference import export
+
+    imported = Imported("nllb_relu")
+    run = import_checkpoint(imported.directory, tmp_path_factory.mktemp("nllb") / "run")
+    steps = imported.reference["max_length"] - 1
+    path = export.export_run(
+        run,
+        tmp_path_factory.mktemp("exports"),
+        name="nllb",
+        max_length=steps,
+        max_length_a=None,
+        beam_width=4,
+    )
+    return imported, path
+
+
+def test_the_multilingual_export_answers_every_signature_in_a_fresh_process(nllb_export):
+    imported, path = nllb_export
+    reference = imported.reference
+    pairs = reference["pairs"]
+    count = len(reference["targets"])
+    request = {
+        "texts": reference["sources"],
+        "source_languages": [source for source, _ in pairs],
+        "target_languages": [target for _, target in pairs],
+        "targets": reference["targets"],
+        "target_languages_of_targets": [target for _, target in pairs[:count]],
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(path)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    answers = json.loads(run.stdout)
+    assert answers["serving_default"] == reference["greedy_decoded"]
+    assert answers["greedy_with_prefix"] == reference["greedy_decoded"]
+    assert [row[0] for row in answers["nbest"]] == answers["beam_search"]
+    # One code for the whole request: every row in those languages.
+    in_german = imported.tokenizer.tokenize_in(
+        tf.constant(reference["sources"]), tf.constant(["eng_Latn"])
+    )
+    assert len(answers["one_language_for_all"]) == in_german.shape[0]
+    assert "xx_Unknown" in answers["unknown"]
+    assert answers["languages"] == sorted(imported.tokenizer.languages)
+    # Targets that fit the export's most generated tokens score transformers' sums of
+    # label log-probabilities (the code and </s> included); a longer one is cut.
+    fits = np.array([len(ids) < reference["max_length"] for ids in reference["target_ids"]])
+    assert fits.sum() >= 3
+    expected = np.array([sum(row) for row in reference["teacher_forced_log_probs"]])
+    np.testing.assert_allclose(
+        np.array(answers["score"])[fits], expected[fits], atol=1e-4 * 24, rtol=0
+    )
+
+
+def test_translate_takes_languages_and_refuses_unknown_ones(nllb_export, capsys):
+    from keras_transformer import cli
+
+    imported, path = nllb_export
+    reference = imported.reference
+    source, target = reference["pairs"][0]
+    args = ["translate", "--model", str(path), reference["sources"][0]]
+    assert cli.main([*args, "--source-language", source, "--target-language", target]) == 0
+    assert capsys.readouterr().out.strip() == reference["greedy_decoded"][0]
+    for extra, message in (
+        (["--source-language", source], "give its target language"),
+        (["--source-language", source, "--target-language", "xx_Unknown"], "'xx_Unknown'"),
+    ):
+        with pytest.raises(SystemExit):
+            cli.main([*args, *extra])
+        error = capsys.readouterr().err.strip()
+        assert message in error and len(error.splitlines()) == 1, error

@@ -57,6 +57,19 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_language_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """--source-language and --target-language: a multilingual checkpoint's codes."""
+    for side in ("source", "target"):
+        parser.add_argument(
+            f"--{side}-language",
+            default=None,
+            metavar="CODE",
+            help=f"the {side} language of {what} for a multilingual model (NLLB-200: "
+            "eng_Latn, M2M-100: en, mBART-50: en_XX; default: none, as a single-pair "
+            "model needs)",
+        )
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: a subcommand that was not given --verbose leaves the top-level one alone.
     parser.add_argument(

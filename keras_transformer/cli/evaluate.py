@@ -14,6 +14,7 @@ from keras_transformer.cli.common import (
     MODEL_HELP,
     UserError,
     add_common_flags,
+    add_language_flags,
     add_search_flags,
     require_positive,
 )
@@ -68,6 +69,7 @@ def add_evaluate_parser(subparsers) -> None:
         "then goes to stderr (default: %(default)s)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_language_flags(parser, "--src and --ref")
     add_common_flags(parser)
     parser.set_defaults(func=run_evaluate)
 
@@ -134,6 +136,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "search": f"beam {args.beam}" if args.beam else "greedy",
         "moses": args.moses,
     }
+    if args.source_language or args.target_language:
+        metadata["languages"] = f"{args.source_language}-{args.target_language}"
     if args.output_dir:
         output_dir = Path(args.output_dir)
         _check_not_another_evaluation(output_dir, metadata)
@@ -151,6 +155,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         beam_width=args.beam,
         progress=not args.no_progress,
         metadata=metadata,
+        source_language=args.source_language,
+        target_language=args.target_language,
     )
     text = json.dumps(result, indent=2)
     if args.json_out == "-":

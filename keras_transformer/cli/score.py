@@ -12,9 +12,14 @@ from keras_transformer.cli.common import (
     MODEL_HELP,
     PROG,
     add_common_flags,
+    add_language_flags,
     require_positive,
 )
-from keras_transformer.inference.loaded_export import load_translator, score_pairs
+from keras_transformer.inference.loaded_export import (
+    checked_languages,
+    load_translator,
+    score_pairs,
+)
 from keras_transformer.text import corpora
 
 DEFAULT_BATCH_SIZE = 256
@@ -43,6 +48,7 @@ def add_score_parser(subparsers) -> None:
         default=DEFAULT_BATCH_SIZE,
         help="pairs read and sent to the model at once (default: %(default)s)",
     )
+    add_language_flags(parser, "the pairs")
     add_common_flags(parser)
     parser.set_defaults(func=run_score)
 
@@ -71,6 +77,7 @@ def run_score(args: argparse.Namespace) -> int:
             "the files must be line-aligned"
         )
     saved_model = load_translator(args.model)
+    languages = checked_languages(saved_model, args.source_language, args.target_language)
     pairs = zip(corpora.iter_lines(args.src), corpora.iter_lines(args.tgt), strict=True)
     cut, first_cut = 0, []  # the count, and the first lines to name
     for start in itertools.count(0, args.batch_size):
@@ -78,7 +85,7 @@ def run_score(args: argparse.Namespace) -> int:
         if not batch:
             break
         sources, targets = zip(*batch, strict=True)
-        outputs = score_pairs(saved_model, list(sources), list(targets))
+        outputs = score_pairs(saved_model, list(sources), list(targets), languages)
         sys.stdout.write(
             "".join(
                 f"{score:.4f}\t{normalized:.4f}\n"

@@ -13,10 +13,12 @@ from keras_transformer.cli.common import (
     PROG,
     UserError,
     add_common_flags,
+    add_language_flags,
     add_search_flags,
     require_positive,
 )
 from keras_transformer.inference.loaded_export import (
+    checked_languages,
     load_translator,
     signature_of,
     translate_nbest_rows,
@@ -60,6 +62,7 @@ def add_translate_parser(subparsers) -> None:
         "line for none): each translation starts with its prefix and continues from it "
         "(default: no prefix)",
     )
+    add_language_flags(parser, "the sentences")
     add_common_flags(parser)
     parser.set_defaults(func=run_translate)
 
@@ -85,16 +88,14 @@ def run_translate(args: argparse.Namespace) -> int:
                 f"--prefix {args.prefix} has {len(prefixes)} lines for {len(texts)} sentences"
             )
     saved_model = load_translator(args.model)
+    languages = checked_languages(saved_model, args.source_language, args.target_language)
     if args.n_best is not None:
-        return _print_nbest(saved_model, texts, args)
+        return _print_nbest(saved_model, texts, args, languages)
+    search = dict(beam_width=args.beam, batch_size=args.batch_size, languages=languages)
     if prefixes is None:
-        results = translate_rows(
-            saved_model, texts, beam_width=args.beam, batch_size=args.batch_size
-        )
+        results = translate_rows(saved_model, texts, **search)
     else:
-        results = translate_prefixed_rows(
-            saved_model, texts, prefixes, beam_width=args.beam, batch_size=args.batch_size
-        )
+        results = translate_prefixed_rows(saved_model, texts, prefixes, **search)
     for translation, score, *_ in results:
         print(f"{score:.4f}\t{translation}" if args.scores else translation)
     _note_cut_sources([row[2] for row in results])
@@ -106,7 +107,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace) -> int:
+def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace, languages) -> int:
     """`--n-best K`: K lines a sentence, ROW<TAB>SCORE<TAB>TRANSLATION, best first."""
     if args.beam is None:
         signature_of(saved_model, "nbest")  # refused before its limits: older exports lack both
@@ -117,7 +118,12 @@ def _print_nbest(saved_model, texts: list[bytes], args: argparse.Namespace) -> i
                 "give --beam N with N >= K"
             )
     results = translate_nbest_rows(
-        saved_model, texts, args.n_best, beam_width=args.beam, batch_size=args.batch_size
+        saved_model,
+        texts,
+        args.n_best,
+        beam_width=args.beam,
+        batch_size=args.batch_size,
+        languages=languages,
     )
     for row, (hypotheses, _) in enumerate(results, 1):
         for translation, score in hypotheses:

@@ -52,6 +52,38 @@ def _refuse(saved_model, missing: str, signature: str):
     )
 
 
+def export_languages(saved_model) -> list[str] | None:
+    """A multilingual export's language codes, sorted; None for a single-pair export."""
+    method = getattr(saved_model, "languages", None)
+    return None if method is None else [code.decode() for code in method().numpy()]
+
+
+def checked_languages(saved_model, source_language, target_language) -> dict | None:
+    """The `languages` argument of the functions below for a loaded export: None for a
+    single-pair export (which refuses languages), both codes for a multilingual one; a
+    ValueError in one line names a missing or unknown code."""
+    known = export_languages(saved_model)
+    given = {"source_language": source_language, "target_language": target_language}
+    if known is None:
+        if source_language is not None or target_language is not None:
+            raise ValueError(
+                "This export translates one language pair: it takes no source or target language."
+            )
+        return None
+    shown = ", ".join(known[:5]) + (f", ... ({len(known)} in all)" if len(known) > 5 else "")
+    for name, code in given.items():
+        if code is None:
+            raise ValueError(
+                f"This export is multilingual: give its {name.replace('_', ' ')} (codes such "
+                f"as {shown})."
+            )
+        if code not in known:
+            raise ValueError(
+                f"Unknown {name.replace('_', ' ')} {code!r}; this export knows {shown}."
+            )
+    return given
+
+
 def _call_in_batches(
     function, columns: dict[str, list], keys: tuple[str, ...], batch_size: int
 ) -> dict[str, np.ndarray]:

@@ -527,6 +527,12 @@ class MultilingualTranslator(Translator):
     def score(self, source, target, source_language, target_language):
         return self._score(source, target, (source_language, target_language))
 
+    @tf.function(input_signature=[], autograph=False)
+    def languages(self):
+        """Every language code the checkpoint knows, sorted (string `(codes,)`): readable
+        from its SavedModel, so that a client checks codes before it sends them."""
+        return tf.constant(sorted(self.source_tokenizer.languages), tf.string)
+
 
 def translator_class(source_tokenizer) -> type[Translator]:
     """`MultilingualTranslator` for a multilingual checkpoint's tokenizer, else `Translator`."""
