@@ -47,13 +47,14 @@ def test_a_config_json_of_the_earlier_version_loads_with_equal_values(tmp_path):
     written = json.loads(CONFIG_V1.read_text())
     config = TrainConfig.from_file(CONFIG_V1)
     # Settings added since take their defaults, which keep the earlier behaviour: model
-    # options only (pretrained checkpoints' needs) and where the weights start from.
+    # options only (pretrained checkpoints' needs), where the weights start from and a
+    # multilingual checkpoint's languages.
     added = {
         name: value
         for name, value in dataclasses.asdict(TrainConfig()).items()
         if name not in written["training"]
     }
-    assert set(added) <= set(MODEL_OPTIONS) | {"init_from"}
+    assert set(added) <= set(MODEL_OPTIONS) | {"init_from", "source_language", "target_language"}
     assert dataclasses.asdict(config) == {**written["training"], **added}
     assert read_config_file(CONFIG_V1) == written["training"]
     config.validate()

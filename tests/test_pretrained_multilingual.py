@@ -356,3 +356,87 @@ def test_translate_takes_languages_and_refuses_unknown_ones(nllb_export, capsys)
             cli.main([*args, *extra])
         error = capsys.readouterr().err.strip()
         assert message in error and len(error.splitlines()) == 1, error
+
+
+# -- fine-tuning ----------------------------------------------------------------------
+
+# Word-for-word pairs in two of the fixtures' made-up languages (make_fixtures.py).
+EN = "the small dog sees a red house big cat old tree river city".split()
+DE = "der kleine Hund sieht ein rotes Haus groß Katze alt Baum Fluss Stadt".split()
+
+
+def pair_files(tmp_path, count: int, seed: int, name: str) -> tuple[Path, Path]:
+    rng = np.random.default_rng(seed)
+    sources, targets = [], []
+    for _ in range(count):
+        words = rng.integers(len(EN), size=rng.integers(2, 7))
+        sources.append(" ".join(EN[w] for w in words).capitalize() + ".")
+        targets.append(" ".join(DE[w] for w in words).capitalize() + ".")
+    paths = tmp_path / f"{name}.en", tmp_path / f"{name}.de"
+    for path, lines in zip(paths, (sources, targets)):
+        path.write_text("\n".join(lines) + "\n")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def nllb_run(tmp_path_factory):
+    return import_checkpoint(FIXTURES / "nllb_relu", tmp_path_factory.mktemp("nllb") / "run")
+
+
+def test_fine_tuning_with_languages_from_files_and_from_prepared_data(nllb_run, tmp_path, capsys):
+    from keras_transformer import cli
+    from keras_transformer.training.prepare import prepare
+    from keras_transformer.training.run import train
+
+    src, tgt = pair_files(tmp_path, 192, seed=1, name="train")
+    val_src, val_tgt = pair_files(tmp_path, 32, seed=2, name="val")
+    languages = {"source_language": "eng_Latn", "target_language": "deu_Latn"}
+    settings = {
+        "init_from": str(nllb_run),
+        "epochs": 3,
+        "batch_size": 32,
+        "learning_rate": 3e-3,
+        "warmup_steps": 5,
+        "dropout_rate": 0.0,
+        "max_tokens": 32,  # the fixture's positions are 64
+        **languages,
+    }
+    files = {"src": str(src), "tgt": str(tgt), "val_src": str(val_src), "val_tgt": str(val_tgt)}
+    run = tmp_path / "tuned"
+    history = train({**settings, **files}, run, verbose=0)
+    losses = history.history["val_loss"]
+    assert losses[-1] < losses[0], losses
+    config = run_dir_lib.read_config(run)
+    assert config["tokenizer"] == {"kind": "multilingual", "shared_vocab": True, **languages}
+    # The imported tokenizer, copied: the same file.
+    name = run_dir_lib.MULTILINGUAL_FILE
+    assert (run / name).read_bytes() == (nllb_run / name).read_bytes()
+    # Its sources read in English, its targets in German: `[code] words </s>`.
+    source, target = run_dir_lib.load_tokenizers(run)
+    english, german = (source.languages[code] for code in languages.values())
+    assert source.tokenize(tf.constant(["a"])).numpy()[0, 1] == english
+    assert target.tokenize(tf.constant(["a"])).numpy()[0, 1] == german
+
+    # The same pairs prepared once (the imported tokenizer, each side's language), and a
+    # run from them.
+    data = prepare(
+        {"tokenizer": "multilingual", "init_from": str(nllb_run), **files, **languages},
+        tmp_path / "prepared",
+        tokenizer_from=nllb_run,
+    )
+    history = train(
+        {**settings, "data": str(data), "epochs": 2}, tmp_path / "from_prepared", verbose=0
+    )
+    assert history.history["val_loss"][-1] < losses[0]
+
+    # Missing languages are one line naming them.
+    argv = ["train", "--init-from", str(nllb_run), "--src", str(src), "--tgt", str(tgt)]
+    argv += ["--max-tokens", "32", "--run-dir", str(tmp_path / "refused")]
+    for extra, message in (
+        (["--source-language", "eng_Latn"], "languages (--target-language CODE)"),
+        ([], "give the pairs' languages (--source-language CODE --target-language CODE)"),
+    ):
+        with pytest.raises(SystemExit):
+            cli.main([*argv, *extra])
+        error = capsys.readouterr().err.strip()
+        assert message in error and len(error.splitlines()) == 1, error

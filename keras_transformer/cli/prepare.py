@@ -28,6 +28,8 @@ PREPARE_SETTINGS = (
     "vocab_lower_thresh",
     "lower_case",
     "normalization_form",
+    "source_language",
+    "target_language",
     "seed",
 )
 

@@ -57,6 +57,8 @@ TOKENIZER_KEYS = (
     "normalization_form",
     "subword_model",
     "vocab_size",
+    "source_language",
+    "target_language",
 )
 
 

@@ -146,6 +146,17 @@ class TrainConfig:
     shared_vocab: bool = setting(
         False, "one joint vocabulary for source and target, learned from both sides"
     )
+    source_language: str | None = setting(
+        None,
+        "the sources' language code, for a multilingual checkpoint's tokenizer (NLLB-200: "
+        "eng_Latn, M2M-100: en, mBART-50: en_XX); unset: none, as other tokenizers take, or "
+        "the init_from run's",
+    )
+    target_language: str | None = setting(
+        None,
+        "the targets' language code, for a multilingual checkpoint's tokenizer; unset: none, "
+        "as other tokenizers take, or the init_from run's",
+    )
     subword_model: str = setting(
         "unigram",
         "SentencePiece's algorithm: unigram or bpe (tokenizer sentencepiece)",
@@ -319,7 +330,12 @@ class TrainConfig:
         if self.tokenizer == "marian":  # its SentencePiece models normalize alone
             return {"kind": self.tokenizer, "shared_vocab": False}
         if self.tokenizer == "multilingual":  # one SentencePiece model, normalizing alone
-            return {"kind": self.tokenizer, "shared_vocab": True}
+            return {
+                "kind": self.tokenizer,
+                "shared_vocab": True,
+                "source_language": self.source_language,
+                "target_language": self.target_language,
+            }
         if self.tokenizer == "sentencepiece":
             settings["subword_model"] = self.subword_model
             settings["vocab_size"] = self.vocab_size

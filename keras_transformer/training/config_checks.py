@@ -166,6 +166,7 @@ def _check_tokenizer_settings(config) -> None:
             "subword_alpha cannot be used with strategy='multi_worker': each worker "
             "would sample different batches. Use subword_alpha=0 there."
         )
+    _check_languages(config)
     if config.tokenizer in ("marian", "multilingual") and not config.init_from:
         raise ValueError(
             f"tokenizer={config.tokenizer!r} is an imported checkpoint's, never learned: give "
@@ -176,3 +177,16 @@ def _check_tokenizer_settings(config) -> None:
             "subword_alpha samples segmentations, which only tokenizer='sentencepiece' can "
             f"do. Received: tokenizer={config.tokenizer!r}, subword_alpha={config.subword_alpha}"
         )
+
+
+def _check_languages(config) -> None:
+    """Languages go with a multilingual checkpoint's tokenizer, both or neither."""
+    given = [name for name in ("source_language", "target_language") if getattr(config, name)]
+    if given and config.tokenizer != "multilingual":
+        raise ValueError(
+            f"{' and '.join(given)} name a multilingual checkpoint's languages; "
+            f"tokenizer={config.tokenizer!r} takes none."
+        )
+    if len(given) == 1:
+        missing = "target_language" if given == ["source_language"] else "source_language"
+        raise ValueError(f"Give {missing} too (--{missing.replace('_', '-')} CODE).")

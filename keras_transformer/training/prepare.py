@@ -97,6 +97,13 @@ def prepare(
         )
     if tokenizer_from is not None:
         settings, source = _tokenizer_source(Path(tokenizer_from))
+        if settings["kind"] == "multilingual":
+            # One tokenizer of many languages: this corpus' are the prepare's own.
+            settings = {
+                **settings,
+                "source_language": config.source_language,
+                "target_language": config.target_language,
+            }
     else:
         settings, source = config.tokenizer_kwargs(), None
     streams = _pair_streams(config)

@@ -77,7 +77,8 @@ _SETTINGS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 CONFIG_KEYS = {
     "model": _SETTINGS | {"input_vocab_size", "target_vocab_size"},
     # SentencePiece's settings are WordPiece's and two more.
-    "tokenizer": frozenset(TrainConfig(tokenizer="sentencepiece").tokenizer_kwargs()),
+    "tokenizer": frozenset(TrainConfig(tokenizer="sentencepiece").tokenizer_kwargs())
+    | frozenset(TrainConfig(tokenizer="multilingual").tokenizer_kwargs()),
     "data": _SETTINGS,
     "training": _SETTINGS,
     "files": None,
@@ -232,6 +233,16 @@ def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
                 f"{run_dir / filename} is missing: it holds the run's {side} tokenizer "
                 f"({settings['kind']}, as {CONFIG_FILE} says)."
             )
+    if settings["kind"] == "multilingual":
+        # One file; each side frames its rows with its own language, if the run has one.
+        return tuple(
+            tokenizer_class(
+                run_dir / source_file,
+                language=settings.get(f"{side}_language"),
+                name=f"{side}_tokenizer",
+            )
+            for side in ("source", "target")
+        )
     if source_file == target_file:
         joint = tokenizer_class(run_dir / source_file, **arguments, name="joint_tokenizer")
         return joint, joint

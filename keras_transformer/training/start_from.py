@@ -34,6 +34,16 @@ def settings_of_initial_run(config: TrainConfig) -> TrainConfig:
     settings = {name: tokenizer[name] for name in _TOKENIZER_FIELDS if name in tokenizer}
     if "vocab_size" in tokenizer:
         settings["vocab_size"] = tokenizer["vocab_size"]
+    if tokenizer["kind"] == "multilingual":
+        # A run of the languages it names, else of the initial run's own (a fine-tuned one).
+        for name in ("source_language", "target_language"):
+            settings[name] = getattr(config, name) or tokenizer.get(name)
+        missing = [f"--{name.replace('_', '-')} CODE" for name, v in settings.items() if v is None]
+        if missing:
+            raise ValueError(
+                f"{config.init_from} is a multilingual checkpoint's run: give the pairs' "
+                f"languages ({' '.join(missing)})."
+            )
     return dataclasses.replace(config, **model, **settings, tokenizer=tokenizer["kind"])
 
 

@@ -115,13 +115,9 @@ class MultilingualTokenizer(MarianTokenizer):
         return f"Unknown language code {code!r}; this checkpoint knows {shown}."
 
     def with_language(self, language: str | None) -> MultilingualTokenizer:
-        """This tokenizer, framing every row with `language` (a new module, same tables)."""
-        copy = MultilingualTokenizer.__new__(MultilingualTokenizer)
-        copy.__dict__.update(self.__dict__)
-        if language is not None and language not in self._languages:
-            raise ValueError(self.unknown_language_message(language))
-        copy.language = language
-        return copy
+        """A tokenizer of the same files that frames every row with `language`."""
+        model = (self.model_proto, self.get_vocab(), self._languages, self._special_ids)
+        return MultilingualTokenizer(model, language=language, name=self.name)
 
     def save(self, path: str | os.PathLike) -> str:
         return write_multilingual_tokenizer(
