@@ -19,10 +19,18 @@ trains 500 steps on made-up word-for-word pairs, so that the models decode
 varied sentences of their own lengths (an untrained one repeats a token to the cap); the
 SentencePiece models are learned from a small made-up corpus (`corpus`), so the
 fixtures need no data from outside the repository.
+
+With `--references-only` it trains and writes nothing but reference.json: it loads each
+checkpoint as committed and adds, beside the references above, transformers' outputs
+under generation settings of released checkpoints (`transformers_references`: beam
+search with length normalization and early stopping, a forced first token), made with
+the transformers named under those keys. The weights stay as they are, so the
+references already there still hold.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import tempfile
@@ -317,34 +325,152 @@ def references(directory: Path, coded: bool) -> tuple[dict, dict]:
             per_token = torch.log_softmax(logits, -1)[torch.arange(len(tgt)), torch.tensor(tgt)]
             log_probs.append(per_token.tolist())
         reference["teacher_forced_log_probs"] = log_probs
-        for beams, key in ((1, "greedy"), (NUM_BEAMS, "beam")):
-            rows, scores = [], []
-            for src in source_ids:
-                out = model.generate(
-                    torch.tensor([src]),
-                    num_beams=beams,
-                    do_sample=False,
-                    max_length=MAX_LENGTH,
-                    length_penalty=0.0,
-                    early_stopping=False,
-                    output_scores=True,
-                    return_dict_in_generate=True,
-                )
-                ids = out.sequences[0].tolist()[1:]  # after the decoder start
-                ids = [t for t in ids if t != pad]
-                rows.append(ids)
-                if beams > 1:
-                    scores.append(float(out.sequences_scores[0]))
-            reference[key] = rows
-            reference[f"{key}_decoded"] = [
-                tokenizer.decode(ids, skip_special_tokens=True) for ids in rows
-            ]
-            if scores:
-                reference[f"{key}_scores"] = scores
+    for beams, key in ((1, "greedy"), (NUM_BEAMS, "beam")):
+        hypotheses, scores = _generate(
+            model, source_ids, num_beams=beams, length_penalty=0.0, early_stopping=False
+        )
+        rows = [best for best, *_ in hypotheses]
+        scores = [best for best, *_ in scores]
+        reference[key] = rows
+        reference[f"{key}_decoded"] = [
+            tokenizer.decode(ids, skip_special_tokens=True) for ids in rows
+        ]
+        if scores:
+            reference[f"{key}_scores"] = scores
     return reference, arrays
 
 
+# transformers' beam settings of the added references: OPUS-MT's generation_config.json
+# (num_beams 4, length_penalty 1.0, early_stopping true), and the same with the other
+# two stopping rules.
+EARLY_STOPPING = {"true": True, "false": False, "never": "never"}
+# The fixtures' models are sure of their tokens, so the three stopping rules seldom part;
+# with the output projection scaled by this (logits bias included; where the projection
+# is tied, the embeddings with it) the models are less sure, and the rules part on many rows.
+FLAT_SCALE = 0.25
+
+
+def _generate(model, source_ids, **settings) -> tuple[list, list]:
+    """generate() on each row alone, with the checkpoint's generation config and
+    `settings`: each row's hypotheses (all `num_return_sequences` of them, best first,
+    after the decoder start, without padding) and their `sequences_scores`."""
+    pad = model.config.pad_token_id
+    rows, scores = [], []
+    with torch.no_grad():
+        for src in source_ids:
+            out = model.generate(
+                torch.tensor([src]),
+                do_sample=False,
+                max_length=MAX_LENGTH,
+                output_scores=True,
+                return_dict_in_generate=True,
+                **settings,
+            )
+            rows.append([[t for t in seq[1:] if t != pad] for seq in out.sequences.tolist()])
+            if getattr(out, "sequences_scores", None) is not None:  # beam search only
+                scores.append([float(s) for s in out.sequences_scores])
+    return rows, scores
+
+
+def flattened(model: MarianMTModel, scale: float) -> list[str]:
+    """Scales `model`'s output projection and logits bias by `scale`, in place, and
+    returns the names of the parameters scaled: the projection's and those tied to it."""
+    projection = model.lm_head.weight
+    with torch.no_grad():
+        projection.mul_(scale)
+        model.final_logits_bias.mul_(scale)
+    tied = [
+        name
+        for name, parameter in model.named_parameters(remove_duplicate=False)
+        if parameter.data_ptr() == projection.data_ptr()
+    ]
+    return [*tied, "final_logits_bias"]
+
+
+def forced_first_ids(reference: dict) -> list[int]:
+    """An ordinary target id per source row, to force as its first token: taken in turn
+    from the reference targets' ids (never </s>, <unk> or padding)."""
+    pool = [t for ids in reference["target_ids"] for t in ids if t > 1]
+    return [pool[(7 * row) % len(pool)] for row in range(len(reference["source_ids"]))]
+
+
+def _beams(model, source_ids, versions: dict, **extra) -> dict:
+    """Beam 4, length_penalty 1.0, for each of the `EARLY_STOPPING` rules: every row's
+    4 best hypotheses (`num_return_sequences`) and their scores."""
+    added = {}
+    for key, early_stopping in EARLY_STOPPING.items():
+        settings = dict(
+            num_beams=NUM_BEAMS,
+            length_penalty=1.0,
+            early_stopping=early_stopping,
+            num_return_sequences=NUM_BEAMS,
+        )
+        rows, scores = _generate(model, source_ids, **settings)
+        added[key] = {
+            "versions": versions,
+            "settings": settings,
+            **extra,
+            "nbest": rows,
+            "nbest_scores": scores,
+        }
+    return added
+
+
+def transformers_references(directory: Path, reference: dict) -> dict:
+    """reference.json's keys of transformers' beam search with length normalization and
+    each early stopping rule (of the checkpoint, and of it made less sure: `FLAT_SCALE`),
+    and of a forced first token (greedy, and beam search as OPUS-MT's settings)."""
+    model = MarianMTModel.from_pretrained(directory).eval()
+    source_ids = reference["source_ids"]
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    added = {
+        f"beam_early_stopping_{key}": value
+        for key, value in _beams(model, source_ids, versions).items()
+    }
+    forced = forced_first_ids(reference)
+    greedy, beam, beam_scores = [], [], []
+    settings = {"num_beams": NUM_BEAMS, "length_penalty": 1.0, "early_stopping": True}
+    for src, first in zip(source_ids, forced):
+        (row,), _ = _generate(model, [src], num_beams=1, forced_bos_token_id=first)
+        greedy.append(row[0])
+        (row,), (score,) = _generate(model, [src], forced_bos_token_id=first, **settings)
+        beam.append(row[0])
+        beam_scores.append(score[0])
+    added["forced_first"] = {
+        "versions": versions,
+        "settings": settings,
+        "ids": forced,
+        "greedy": greedy,
+        "beam": beam,
+        "beam_scores": beam_scores,
+    }
+    scaled = flattened(model, FLAT_SCALE)
+    flat = _beams(model, source_ids, versions, output_scale=FLAT_SCALE, scaled=scaled)
+    added |= {f"flat_beam_early_stopping_{key}": value for key, value in flat.items()}
+    return added
+
+
+def add_references() -> None:
+    """`--references-only`: each committed checkpoint's reference.json with
+    `transformers_references` added (or made again); nothing else is written."""
+    for name in SHAPES:
+        path = HERE / name / "reference.json"
+        reference = json.loads(path.read_text())
+        reference.update(transformers_references(HERE / name, reference))
+        path.write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
+        print(f"{name}: references added")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--references-only",
+        action="store_true",
+        help="add transformers' references to the committed checkpoints' reference.json",
+    )
+    if parser.parse_args().references_only:
+        add_references()
+        return
     for name, shape in SHAPES.items():
         directory = HERE / name
         directory.mkdir(exist_ok=True)
@@ -352,6 +478,7 @@ def main() -> None:
             old.unlink()
         make_checkpoint(name, shape, directory)
         reference, arrays = references(directory, coded=bool(shape["language_codes"]))
+        reference.update(transformers_references(directory, reference))
         (directory / "reference.json").write_text(
             json.dumps(reference, ensure_ascii=False, indent=1) + "\n"
         )
