@@ -151,3 +151,77 @@ def test_embedding_scale_and_layout_are_used_and_saved():
     assert PositionalEmbedding(50, 16).scale == 4.0
     with pytest.raises(ValueError, match="embedding_scale"):
         PositionalEmbedding(50, 8, embedding_scale=0)
+
+
+def test_the_fairseq_layout_is_fairseqs_formula():
+    """M2M-100's and NLLB's table (transformers' `M2M100SinusoidalPositionalEmbedding`):
+    sines then cosines of pos * exp(-i * log(10000) / (depth/2 - 1))."""
+    depth = 8
+    half = np.arange(depth // 2)
+    angles = np.arange(20)[:, None] * np.exp(-half * np.log(10000) / (depth // 2 - 1))[None, :]
+    expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    np.testing.assert_allclose(positional_encoding(20, depth, "fairseq"), expected, atol=1e-6)
+    # The last frequency is exactly 1/10000, where the paper's stops short of it.
+    assert not np.allclose(positional_encoding(20, depth, "halves"), expected, atol=1e-3)
+    with pytest.raises(ValueError, match="learned"):
+        positional_encoding(20, depth, "learned")  # a table, not a formula
+
+
+@pytest.mark.parametrize("layout", ["fairseq", "learned"])
+def test_offset_positions_and_the_embedding_norm_are_used_saved_and_stepped(layout):
+    """Position t reads row t + offset; the layer norm follows the sum; the one-token
+    step (decoding) computes what the call computes; the config round-trips."""
+    layer = PositionalEmbedding(
+        50, 8, max_length=10, position_layout=layout, position_offset=2, normalize=True
+    )
+    ids = np.array([[5, 6, 7, 0]])
+    out = layer(ids).numpy()
+    layer.layernorm.gamma.assign(np.linspace(0.5, 1.5, 8))
+    layer.layernorm.beta.assign(np.linspace(-0.2, 0.2, 8))
+    out = layer(ids).numpy()
+    if layout == "learned":
+        rows = layer.position_table.numpy()
+        assert rows.shape == (12, 8)
+        assert [w.path.split("/")[-1] for w in layer.trainable_weights].count(
+            "position_embeddings"
+        ) == 1
+    else:
+        rows = positional_encoding(12, 8, "fairseq")
+    summed = layer.table.numpy()[ids[0]] * np.sqrt(8) + rows[2:6]
+    mean, var = summed.mean(-1, keepdims=True), summed.var(-1, keepdims=True)
+    expected = (summed - mean) / np.sqrt(var + 1e-5) * np.linspace(0.5, 1.5, 8)
+    expected += np.linspace(-0.2, 0.2, 8)
+    np.testing.assert_allclose(out[0], expected, atol=1e-5)
+    weights = layer.step_weights()
+    for t in range(4):
+        step = layer.step(tf.constant(ids[:, t], tf.int64), t, weights)
+        np.testing.assert_allclose(step.numpy()[0], out[0, t], atol=1e-5)
+    config = layer.get_config()
+    assert (config["position_offset"], config["normalize"]) == (2, True)
+    with pytest.raises(ValueError, match="position_offset"):
+        PositionalEmbedding(50, 8, position_offset=-1)
+
+
+def test_shared_embeddings_with_stack_positions_share_the_token_table_only():
+    """mBART: one token table, learned positions and an embedding norm per stack."""
+    model = kt.Transformer(
+        num_layers=1,
+        d_model=8,
+        num_heads=2,
+        dff=16,
+        input_vocab_size=30,
+        target_vocab_size=30,
+        max_length=16,
+        share_embeddings=True,
+        tie_embeddings=True,
+        position_layout="learned",
+        position_offset=2,
+        embedding_layer_norm=True,
+    )
+    model((np.array([[4, 5, 0]]), np.array([[2, 6]])))
+    encoder, decoder = model.encoder.embedding, model.decoder.embedding
+    assert encoder is not decoder and encoder.embedding is decoder.embedding
+    assert encoder.position_table is not decoder.position_table
+    paths = [w.path for w in model.weights if "embedding/" in w.path]
+    assert sum("token_embedding" in p for p in paths) == 1
+    assert sum("position_embeddings" in p for p in paths) == 2
