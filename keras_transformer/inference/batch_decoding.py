@@ -19,7 +19,7 @@ import types
 import tensorflow as tf
 
 from keras_transformer.inference import scoring, sub_batches
-from keras_transformer.inference.beam import BeamSearch, check_length_penalty
+from keras_transformer.inference.beam import BeamSearch, check_beam_settings
 from keras_transformer.inference.sampling import GreedySearch
 from keras_transformer.inference.search import DecodeResult, Search, decode_length
 
@@ -76,8 +76,19 @@ class DecodingOptions:
             row that never ends does not hold its batch to `max_length`.
             Defaults to 1.5 and 10; `max_length_a=None` turns the cap off.
         beam_width: int. Width of beam search (`BeamSearch`). Defaults to 4.
-        length_penalty_alpha: float. GNMT length penalty of beam search.
-            Defaults to 0.6.
+        length_penalty_alpha: float. GNMT length penalty of beam search, or
+            transformers' `length_penalty` exponent with `length_normalization`
+            "transformers". Defaults to 0.6.
+        length_normalization: "gnmt" or "transformers": how beam search ranks
+            hypotheses and stops (`BeamSearch`). "transformers" is what an
+            imported checkpoint's generation settings ask for
+            (`pretrained.generation.decoding_settings`); with it, a row that
+            reaches `max_length` also ends there with [END], as transformers'
+            `forced_eos_token_id` (which translation checkpoints set) ends it,
+            whatever `max_length_a`. Defaults to "gnmt".
+        early_stopping: True, False or "never": transformers' stopping rule of
+            beam search, used with `length_normalization` "transformers" only.
+            Defaults to False.
         stop_at_end: bool. False always decodes `max_length` tokens
             (benchmarks). Defaults to True.
         use_cache: bool. False re-runs the encoder and the whole decoder
@@ -112,6 +123,8 @@ class DecodingOptions:
     max_length_b: float = DEFAULT_MAX_LENGTH_B
     beam_width: int = 4
     length_penalty_alpha: float = 0.6
+    length_normalization: str = "gnmt"
+    early_stopping: bool | str = False
     stop_at_end: bool = True
     use_cache: bool = True
     jit_compile: bool = False
@@ -124,7 +137,9 @@ class DecodingOptions:
                     f"`{name}` must be positive. Received: {name}={getattr(self, name)}"
                 )
         LengthPolicy.check_cap(self.max_length_a, self.max_length_b)
-        check_length_penalty(self.length_penalty_alpha)
+        check_beam_settings(
+            self.length_penalty_alpha, self.length_normalization, self.early_stopping
+        )
         if self.jit_compile and not self.use_cache:
             raise ValueError(
                 "`jit_compile` needs `use_cache`: XLA cannot compile the uncached "
@@ -138,12 +153,15 @@ class LengthPolicy:
     at most `a * source_tokens + b` (fairseq's `max_len_a` / `max_len_b`), except that
     the limit counts the row's [END] (fairseq's does not): one row that never emits
     [END] costs its own few steps instead of holding the whole batch to `max_length`.
-    Without `stop_at_end` every row decodes `max_length` steps (benchmarks)."""
+    With `end_at_max_length`, a row that reaches `max_length` ends with [END] there
+    also without `a` (transformers' `forced_eos_token_id`). Without `stop_at_end`
+    every row decodes `max_length` steps (benchmarks)."""
 
     max_length: int
     a: float | None = DEFAULT_MAX_LENGTH_A
     b: float = DEFAULT_MAX_LENGTH_B
     stop_at_end: bool = True
+    end_at_max_length: bool = False
 
     @staticmethod
     def check_cap(a: float | None, b: float) -> None:
@@ -162,14 +180,15 @@ class LengthPolicy:
 
     def row_limits(self, ids, always: bool = False):
         """Most tokens each row of ragged source `ids` ([START] and [END] included) may
-        generate, or None where no row has a limit below `max_length`. With `always`
-        (XLA's padded shapes need one) rows without a cap get `max_length + 1`, a
-        limit they never reach."""
-        if not self.stop_at_end or (self.a is None and not always):
+        generate, or None where no row has a limit below `max_length` (nor one at it,
+        with `end_at_max_length`). With `always` (XLA's padded shapes need one) rows
+        without a cap get `max_length + 1`, a limit they never reach."""
+        uncapped = self.a is None and not self.end_at_max_length
+        if not self.stop_at_end or (uncapped and not always):
             return None
         source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, 0), tf.int32), axis=1) - 2
         if self.a is None:
-            return tf.fill(tf.shape(source_lengths), self.max_length + 1)
+            return tf.fill(tf.shape(source_lengths), self.max_length + int(uncapped))
         return self.source_relative(source_lengths)
 
     def most_steps(self, source_length: int) -> int:
@@ -230,6 +249,7 @@ class BatchDecoder(tf.Module):
             None if options.max_length_a is None else float(options.max_length_a),
             float(options.max_length_b),
             bool(options.stop_at_end),
+            end_at_max_length=options.length_normalization == "transformers",
         )
         searches = dict(
             max_length=self.max_length,
@@ -242,29 +262,37 @@ class BatchDecoder(tf.Module):
             **searches,
             beam_width=int(options.beam_width),
             length_penalty_alpha=float(options.length_penalty_alpha),
+            length_normalization=options.length_normalization,
+            early_stopping=options.early_stopping,
         )
 
     @property
     def model(self):
         return self._keras.model
 
-    def decode(self, ids, beam_width=None, num_hypotheses=None, prefix=None) -> DecodeResult:
+    def decode(
+        self, ids, beam_width=None, num_hypotheses=None, prefix=None, forced_first=None
+    ) -> DecodeResult:
         """Greedy search over ragged source `ids` (int64 `(batch, None)`), or beam search
         with `beam_width` (int or int32 scalar), each row's `num_hypotheses` best with a
         hypothesis axis after the rows when given; compiled by XLA with `jit_compile`,
         except with a `prefix` (ragged int64 target ids, one row each: XLA's searches
-        take none)."""
+        take none). `forced_first`: optional int `(batch,)`, each row's forced first
+        token, 0 for none (`Search`'s call)."""
         if beam_width is None:
             search = self.greedy
         else:
             search = self.beam.replace(beam_width=beam_width, num_hypotheses=num_hypotheses)
         if self.options.jit_compile and prefix is None:
             search = self._compiled(search)
-        return self.decode_with(search, ids, prefix, num_hypotheses)
+        return self.decode_with(search, ids, prefix, num_hypotheses, forced_first)
 
-    def decode_with(self, search, ids, prefix=None, num_hypotheses=None) -> DecodeResult:
+    def decode_with(
+        self, search, ids, prefix=None, num_hypotheses=None, forced_first=None
+    ) -> DecodeResult:
         """`search` (a `Search`, or a `CompiledSearch`) over ragged source `ids`, in
-        sub-batches (`sub_batches.in_sub_batches`), within the length policy's limits."""
+        sub-batches (`sub_batches.in_sub_batches`), within the length policy's limits;
+        `forced_first` as `decode`'s."""
         jit_compile = self.options.jit_compile
         return sub_batches.in_sub_batches(
             self.model,
@@ -278,6 +306,7 @@ class BatchDecoder(tf.Module):
             fused_weights=self.fused_weights,
             prefix=prefix,
             num_hypotheses=num_hypotheses,
+            forced_first=forced_first,
         )
 
     def score(self, context_ids, target_ids) -> scoring.ScoreResult:

@@ -44,7 +44,7 @@ def top_per_row(values, k):
     return top_values, ids
 
 
-def best_candidates(logits, alive_log_prob, k, forced=None):
+def best_candidates(logits, alive_log_prob, k, forced=None, free=None):
     """The `k` best continuations of each row's hypotheses: `alive_log_prob` plus
     the next token's log-probability, over every hypothesis and every token but
     `search.NEVER_EMITTED`.
@@ -60,6 +60,10 @@ def best_candidates(logits, alive_log_prob, k, forced=None):
         forced: optional int `(rows,)`, a token per row, -1 for none: such a row's
             hypotheses may only continue with it (their other tokens score -inf).
             [END] at a row's limit, a target prefix's next token.
+        free: optional bool `(rows,)`: where True, the row's forced token has
+            log-probability 0, as a token forced by masking every other logit
+            before the log-softmax (transformers' `forced_bos_token_id` and
+            `forced_eos_token_id`) has.
 
     Returns:
         `(log_prob, parent, token)`, `(rows, k')` each with k' = min(k, width *
@@ -82,6 +86,8 @@ def best_candidates(logits, alive_log_prob, k, forced=None):
         is_forced = token >= 0
         forced_logit = tf.gather(logits, tf.maximum(token, 0), batch_dims=1)
         forced_log_prob = (forced_logit - row_max) - log_sum
+        if free is not None:
+            forced_log_prob = tf.where(tf.repeat(free, width)[:, None], 0.0, forced_log_prob)
         first = tf.range(per_hypothesis)[None, :] == 0
         log_probs = tf.where(is_forced, tf.where(first, forced_log_prob, -math.inf), log_probs)
         ids = tf.where(tf.logical_and(is_forced, first), token, ids)

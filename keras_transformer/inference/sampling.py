@@ -20,6 +20,7 @@ from keras_transformer.inference.search import (
     DecodeResult,
     Search,
     attention_form_by_rows,
+    first_token_forcing,
     free_leading_dims,
     start_buffer,
     state_invariant,
@@ -41,13 +42,15 @@ def _token_search(
     drop_ended_rows: bool = False,
     fused_weights=None,
     forced=None,
+    forced_first=None,
 ) -> DecodeResult:
     """`steps` tokens at most per row, one a step, chosen by `choose(logits, step) -> int64 ids`.
 
     A row whose `row_limits` entry is reached gets [END] as its last token; a row
     with a target prefix (`forced`: `search.prefix_forcing`'s tokens) takes the
-    prefix's token at each step within it. Without one, the loops hold no op for
-    it.
+    prefix's token at each step within it, and a row with a forced first token
+    (`forced_first`, int64, 0 for none) takes it at the first step, with
+    log-probability 0. Without them, the loops hold no op for them.
     With `drop_ended_rows`, a search of many rows (the matmul form's) steps only the
     rows still decoding: `choose` must pick each row's token from its logits alone
     (greedy), as rows change places when others leave.
@@ -69,10 +72,11 @@ def _token_search(
             ids = choose(without_never_emitted(logits), i)
             if forced is not None:
                 ids = _take_forced(ids, forced[:, i])
+            ids, first = _take_first(ids, forced_first, i)
             if row_limits is not None:
                 ids = tf.where(i + 1 >= row_limits, tf.constant(END_ID, tf.int64), ids)
             ids = tf.where(done, tf.constant(PAD_ID, tf.int64), ids)
-            token_log_prob = tf.gather(log_probs, ids, batch_dims=1)
+            token_log_prob = _forced_free(tf.gather(log_probs, ids, batch_dims=1), first, ids)
             scores += tf.where(done, 0.0, token_log_prob)
             lengths += tf.cast(tf.logical_not(done), tf.int32)
             tokens = write_column(tokens, i + 1, ids)
@@ -130,11 +134,15 @@ def _token_search(
             ids = choose(without_never_emitted(logits), i)
             if forced is not None:
                 ids = _take_forced(ids, tf.gather(forced[:, i], live))
+            live_first = None if forced_first is None else tf.gather(forced_first, live)
+            ids, first = _take_first(ids, live_first, i)
             if row_limits is not None:
                 ids = tf.where(
                     i + 1 >= tf.gather(row_limits, live), tf.constant(END_ID, tf.int64), ids
                 )
-            token_log_prob = tf.gather(tf.nn.log_softmax(logits, axis=-1), ids, batch_dims=1)
+            token_log_prob = _forced_free(
+                tf.gather(tf.nn.log_softmax(logits, axis=-1), ids, batch_dims=1), first, ids
+            )
 
             def to_all_rows(values):  # 0 for the rows that ended
                 return tf.scatter_nd(live[:, None], values, [batch])
@@ -188,6 +196,24 @@ def _take_forced(ids, forced):
     return tf.where(forced >= 0, forced, ids)
 
 
+def _take_first(ids, forced_first, step):
+    """`ids` with each row's forced first token at the first step (`forced_first`,
+    int64, 0 for none; or None), and the tokens so forced (-1 for none; None
+    without `forced_first`), for `_forced_free`."""
+    if forced_first is None:
+        return ids, None
+    first = tf.where(first_token_forcing(forced_first, step), forced_first, -1)
+    return tf.where(first >= 0, first, ids), first
+
+
+def _forced_free(token_log_prob, first, ids):
+    """`token_log_prob` with 0 where `_take_first` forced the token `first` (and a row
+    limit did not replace it): every other token was masked before the log-softmax."""
+    if first is None:
+        return token_log_prob
+    return tf.where(tf.equal(ids, first), 0.0, token_log_prob)
+
+
 def _most_likely(logits, step):
     return tf.argmax(logits, axis=-1, output_type=tf.int64)
 
@@ -211,7 +237,9 @@ class GreedySearch(Search):
 
     return_logits: bool = False
 
-    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream, forced):
+    def _search(
+        self, model, context_ids, steps, row_limits, fused_weights, stream, forced, forced_first
+    ):
         return _token_search(
             model,
             context_ids,
@@ -225,6 +253,7 @@ class GreedySearch(Search):
             drop_ended_rows=True,
             fused_weights=fused_weights,
             forced=forced,
+            forced_first=forced_first,
         )
 
 
@@ -259,7 +288,9 @@ class SamplingSearch(Search):
         super().__post_init__()
         check_sampling(self.temperature, self.top_k, self.top_p)
 
-    def _search(self, model, context_ids, steps, row_limits, fused_weights, stream, forced):
+    def _search(
+        self, model, context_ids, steps, row_limits, fused_weights, stream, forced, forced_first
+    ):
         seed = self.seed
         if seed is None:
             seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
@@ -288,6 +319,7 @@ class SamplingSearch(Search):
             self.fixed_shapes,
             fused_weights=fused_weights,
             forced=forced,
+            forced_first=forced_first,
         )
 
 
@@ -335,6 +367,7 @@ def greedy_search(
     fixed_shapes: bool = False,
     fused_weights=None,
     prefix=None,
+    forced_first=None,
 ) -> DecodeResult:
     """Greedy decoding: the most likely token at every step (`GreedySearch` as a function).
 
@@ -343,9 +376,9 @@ def greedy_search(
         context_ids: int `(batch, source_length)` source ids, 0-padded.
         max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
         return_logits: also return each step's logits.
-        row_limits, fused_weights, prefix: as for a `Search`'s call (with a
-            prefix, the scores are the whole output's log-probability, prefix
-            included).
+        row_limits, fused_weights, prefix, forced_first: as for a `Search`'s call
+            (with a prefix, the scores are the whole output's log-probability,
+            prefix included).
     """
     search = GreedySearch(
         max_length=max_length,
@@ -355,7 +388,12 @@ def greedy_search(
         return_logits=return_logits,
     )
     return search(
-        model, context_ids, row_limits=row_limits, fused_weights=fused_weights, prefix=prefix
+        model,
+        context_ids,
+        row_limits=row_limits,
+        fused_weights=fused_weights,
+        prefix=prefix,
+        forced_first=forced_first,
     )
 
 

@@ -7,7 +7,7 @@ KerasHub's samplers are:
 
     search = GreedySearch(max_length=32)
     result = search(model, context_ids, row_limits=None, fused_weights=None, stream=None,
-                    prefix=None)
+                    prefix=None, forced_first=None)
 
 `GreedySearch` and `SamplingSearch` live in `sampling.py`, `BeamSearch` in `beam.py`;
 running one over a large batch a bounded number of rows at a time is `BatchDecoder`'s
@@ -58,7 +58,9 @@ class DecodeResult(NamedTuple):
     lengths: int32 `(batch,)`, generated tokens per row, [END] included.
     scores: float32 `(batch,)`, the sum of the log-probabilities of the
         generated tokens under the model (temperature 1, no filtering), a
-        target prefix's tokens included.
+        target prefix's tokens included; a forced first token counts 0, as do,
+        in a beam search with transformers' length normalization, the [END]s
+        forced at row limits (`Search`'s call).
 
     A beam search asked for `num_hypotheses` k adds a hypothesis axis after the
     rows: tokens `(batch, k, max_length)`, lengths and scores `(batch, k)`.
@@ -130,6 +132,15 @@ class Search:
             cut at `max_length - 1` tokens, and a row's limit leaves room for it
             and its [END] (`prefix_forcing`). Rows of empty prefixes decode as
             without one.
+        forced_first: optional int `(batch,)`, a token each row's output must
+            start with, 0 for none (transformers' `forced_bos_token_id`, which
+            multilingual checkpoints use for the target language's code). As
+            transformers' logits processors force it, every other token is
+            masked before the log-softmax at the first step: the forced token's
+            log-probability is 0, and it counts in the row's length. With a
+            `prefix`, a row's prefix follows its forced token (cut at
+            `max_length - 2` tokens there), and its limit leaves room for both
+            and an [END].
 
     Returns:
         A `DecodeResult`.
@@ -144,14 +155,28 @@ class Search:
         check_max_length(self.max_length)
 
     def __call__(
-        self, model, context_ids, row_limits=None, fused_weights=None, stream=None, prefix=None
+        self,
+        model,
+        context_ids,
+        row_limits=None,
+        fused_weights=None,
+        stream=None,
+        prefix=None,
+        forced_first=None,
     ) -> DecodeResult:
         context_ids = tf.convert_to_tensor(context_ids)
         steps = self.steps(model)
         forced = None
+        if forced_first is not None:
+            forced_first = tf.cast(tf.convert_to_tensor(forced_first), tf.int64)
+            if row_limits is not None:
+                # A forced row's limit leaves room for its token and an [END].
+                row_limits = tf.maximum(row_limits, tf.where(forced_first > 0, 2, 1))
         if prefix is not None:
-            forced, row_limits = prefix_forcing(prefix, steps, row_limits)
-        return self._search(model, context_ids, steps, row_limits, fused_weights, stream, forced)
+            forced, row_limits = prefix_forcing(prefix, steps, row_limits, forced_first)
+        return self._search(
+            model, context_ids, steps, row_limits, fused_weights, stream, forced, forced_first
+        )
 
     def steps(self, model) -> int:
         """The width of this search's tokens for `model`: its steps at most."""
@@ -162,13 +187,22 @@ class Search:
         return dataclasses.replace(self, **changes)
 
     def _search(
-        self, model, context_ids, steps: int, row_limits, fused_weights, stream, forced
+        self,
+        model,
+        context_ids,
+        steps: int,
+        row_limits,
+        fused_weights,
+        stream,
+        forced,
+        forced_first,
     ) -> DecodeResult:
-        """The search; `forced` is None or `prefix_forcing`'s tokens."""
+        """The search; `forced` is None or `prefix_forcing`'s tokens, `forced_first`
+        None or the call's, as int64."""
         raise NotImplementedError
 
 
-def prefix_forcing(prefix, steps: int, row_limits=None):
+def prefix_forcing(prefix, steps: int, row_limits=None, forced_first=None):
     """A target prefix as the token each step must take, and the row limits that fit it.
 
     Args:
@@ -176,22 +210,36 @@ def prefix_forcing(prefix, steps: int, row_limits=None):
             `steps - 1` tokens (a row ends with [END] within `steps`).
         steps: int. The search's steps.
         row_limits: optional int32 `(batch,)` (`Search`'s call).
+        forced_first: optional int64 `(batch,)` (`Search`'s call): a row with a
+            forced first token takes its prefix from the second step on (cut at
+            `steps - 2` tokens).
 
     Returns:
         forced: int64 `(batch, steps)`, the token step i must take, -1 for none.
-        row_limits: each row's limit raised to its prefix length + 1, or None if
-            none was given.
+        row_limits: each row's limit raised to the steps its prefix takes + 1, or
+            None if none was given.
     """
-    prefix = tf.cast(tf.convert_to_tensor(prefix), tf.int64)[:, : steps - 1]
+    prefix = tf.cast(tf.convert_to_tensor(prefix), tf.int64)
+    if forced_first is not None:
+        after_first = tf.pad(prefix, [[0, 0], [1, 0]])
+        prefix = tf.where(forced_first[:, None] > 0, after_first, tf.pad(prefix, [[0, 0], [0, 1]]))
+    prefix = prefix[:, : steps - 1]
     width = tf.shape(prefix)[1]
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, 0), tf.int32), axis=1)
+    # The steps a row's prefix takes (its forced first token's included); 0 without one.
+    taken = tf.maximum(tf.reduce_max(tf.where(prefix > 0, tf.range(1, width + 1), 0), axis=1), 0)
     forced = tf.pad(
         tf.where(prefix > 0, prefix, -1), [[0, 0], [0, steps - width]], constant_values=-1
     )
     if row_limits is not None:
         # At most `steps`, as the prefix was cut to leave a step for [END].
-        row_limits = tf.maximum(row_limits, lengths + 1)
+        row_limits = tf.maximum(row_limits, taken + 1)
     return forced, row_limits
+
+
+def first_token_forcing(forced_first, step):
+    """Where a step takes its row's forced first token (`Search`'s `forced_first`,
+    int64 `(rows,)`, 0 for none): bool `(rows,)`, all False after the first step."""
+    return tf.logical_and(tf.equal(step, 0), forced_first > 0)
 
 
 # Rows a search decodes at once from which a step's attention runs as batched matmuls

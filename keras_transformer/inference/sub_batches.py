@@ -26,6 +26,7 @@ def in_sub_batches(
     fused_weights=None,
     prefix=None,
     num_hypotheses=None,
+    forced_first=None,
 ) -> DecodeResult:
     """Runs `search` over at most `sub_batch_size` rows at a time, in sub-batches.
 
@@ -75,6 +76,8 @@ def in_sub_batches(
         num_hypotheses: the size of the results' hypothesis axis when `search`
             returns one (`BeamSearch`'s `num_hypotheses`: int or int32 scalar),
             else None.
+        forced_first: optional int `(batch,)`, each row's forced first token, 0
+            for none (`Search`'s call), in the rows' own order.
 
     Returns:
         A `DecodeResult` of `batch` rows (without logits), with the hypothesis
@@ -87,6 +90,8 @@ def in_sub_batches(
         chunk = tf.gather(context_ids, rows).to_tensor()
         limits = None if row_limits is None else tf.gather(row_limits, rows)
         extra = {} if prefix is None else {"prefix": tf.gather(prefix, rows).to_tensor()}
+        if forced_first is not None:
+            extra["forced_first"] = tf.gather(forced_first, rows)
         result = search(
             model, chunk, row_limits=limits, fused_weights=fused_weights, stream=index, **extra
         )
@@ -245,7 +250,7 @@ class CompiledSearch:
     rows may generate only 31 tokens should attend over 31 slots, not 128); its
     tokens are padded back to `search`'s width. Padded rows hold padding only: their
     row limit is 1, so they end at once, and they are dropped. It takes no target
-    prefix (the call's `prefix` raises ValueError).
+    prefix (the call's `prefix` raises ValueError); a forced first token it takes.
 
     Args:
         search: a `Search` built with `fixed_shapes=True`.
@@ -275,7 +280,14 @@ class CompiledSearch:
         return self.search.steps(model)
 
     def __call__(
-        self, model, context_ids, row_limits=None, fused_weights=None, stream=None, prefix=None
+        self,
+        model,
+        context_ids,
+        row_limits=None,
+        fused_weights=None,
+        stream=None,
+        prefix=None,
+        forced_first=None,
     ) -> DecodeResult:
         if prefix is not None:
             raise ValueError(
@@ -284,9 +296,11 @@ class CompiledSearch:
             )
 
         def compiled(steps):
-            def run(context_ids, row_limits, stream):
+            def run(context_ids, row_limits, stream, forced_first):
                 search = self.search.replace(max_length=steps)
-                return search(model, context_ids, row_limits, fused_weights, stream)
+                return search(
+                    model, context_ids, row_limits, fused_weights, stream, None, forced_first
+                )
 
             return tf.function(run, jit_compile=True, autograph=False)
 
@@ -302,12 +316,13 @@ class CompiledSearch:
         def branch(k):
             def decode():
                 padded = tf.pad(context_ids, [[0, padded_rows - rows], [0, lengths[k] - length]])
+                more_rows = [[0, padded_rows - rows]]
                 limits = (
-                    None
-                    if row_limits is None
-                    else tf.pad(row_limits, [[0, padded_rows - rows]], constant_values=1)
+                    None if row_limits is None else tf.pad(row_limits, more_rows, constant_values=1)
                 )
-                result = searches[k](padded, limits, stream)
+                # Padded rows force no first token.
+                first = None if forced_first is None else tf.pad(forced_first, more_rows)
+                result = searches[k](padded, limits, stream, first)
                 tokens = result.tokens[:rows]
                 # The step axis is the last, after the hypothesis axis of an n-best search.
                 padding = [[0, 0]] * (tokens.shape.rank - 1) + [[0, width - self.bucket_steps[k]]]

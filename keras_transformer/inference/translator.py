@@ -64,8 +64,8 @@ class Translator(tf.Module):
         name: str. The module's name. Defaults to "translator".
         **settings: `DecodingOptions` fields (max_length, max_source_length,
             sub_batch_size, in_flight, max_length_a, max_length_b, beam_width,
-            length_penalty_alpha, stop_at_end, use_cache, jit_compile,
-            freeze_weights).
+            length_penalty_alpha, length_normalization, early_stopping,
+            stop_at_end, use_cache, jit_compile, freeze_weights).
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)
