@@ -45,8 +45,8 @@ def add_export_parser(subparsers) -> None:
         "--max-length",
         type=int,
         default=None,
-        help="most tokens a translation may have (default: "
-        f"{DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
+        help="most tokens a translation may have (default: an imported checkpoint's "
+        f"generation settings; else {DEFAULT_MAX_LENGTH}, or the model's max_length if smaller)",
     )
     parser.add_argument(
         "--max-source-length",
@@ -89,30 +89,7 @@ def add_export_parser(subparsers) -> None:
         help="export the average of the run's last N epoch checkpoints (kept when trained "
         "with --keep-epoch-checkpoints) (default: the best checkpoint)",
     )
-    parser.add_argument(
-        "--max-length-a",
-        type=float,
-        default=defaults.max_length_a,
-        help="a row also stops after A * its source tokens + B tokens (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-length-b",
-        type=float,
-        default=defaults.max_length_b,
-        help="B of that cap (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--beam-width",
-        type=int,
-        default=defaults.beam_width,
-        help="width of the beam_search signature (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=defaults.length_penalty_alpha,
-        help="GNMT length penalty alpha of beam search (default: %(default)s)",
-    )
+    add_beam_flags(parser, defaults)
     parser.add_argument(
         "--signatures",
         default=None,
@@ -123,6 +100,72 @@ def add_export_parser(subparsers) -> None:
     )
     add_common_flags(parser)
     parser.set_defaults(func=run_export)
+
+
+# Where an imported checkpoint's generation settings give the default (`export_run`).
+_FROM_CHECKPOINT = "an imported checkpoint's generation settings; else"
+
+
+def _early_stopping(text: str) -> bool | str:
+    """--early-stopping's value: true, false or never (transformers' `early_stopping`)."""
+    values = {"true": True, "false": False, "never": "never"}
+    if text.lower() not in values:
+        raise argparse.ArgumentTypeError(f"expected true, false or never, got {text!r}")
+    return values[text.lower()]
+
+
+def add_beam_flags(parser: argparse.ArgumentParser, defaults: DecodingOptions) -> None:
+    """The length cap and beam search's flags, each unset unless given, so that
+    `export_run` takes an imported checkpoint's generation settings for the others."""
+    parser.add_argument(
+        "--max-length-a",
+        type=float,
+        default=None,
+        help="a row also stops after A * its source tokens + B tokens (default: "
+        f"{_FROM_CHECKPOINT} {defaults.max_length_a})",
+    )
+    parser.add_argument(
+        "--max-length-b",
+        type=float,
+        default=defaults.max_length_b,
+        help="B of that cap (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--beam-width",
+        type=int,
+        default=None,
+        help=f"width of the beam_search signature (default: {_FROM_CHECKPOINT} "
+        f"{defaults.beam_width})",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="beam search's length penalty: GNMT's alpha, or with --length-normalization "
+        "transformers its length_penalty (log-probability / length ** it; negative "
+        f"favours short translations) (default: {_FROM_CHECKPOINT} "
+        f"{defaults.length_penalty_alpha})",
+    )
+    parser.add_argument(
+        "--length-normalization",
+        choices=("gnmt", "transformers"),
+        default=None,
+        help="how beam search ranks and stops: GNMT's length penalty, or transformers' "
+        "generate() (its length normalization and --early-stopping), which decodes an "
+        f"imported checkpoint as transformers does (default: {_FROM_CHECKPOINT} "
+        f"{defaults.length_normalization})",
+    )
+    parser.add_argument(
+        "--early-stopping",
+        type=_early_stopping,
+        default=None,
+        metavar="{true,false,never}",
+        help="transformers' early_stopping, with --length-normalization transformers: stop "
+        "a sentence at beam-width finished hypotheses (true), when its best unfinished one "
+        "would not beat them at its current length (false), or at the longest it may "
+        f"reach (never) (default: {_FROM_CHECKPOINT} "
+        f"{str(defaults.early_stopping).lower()})",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -140,22 +183,32 @@ def run_export(args: argparse.Namespace) -> int:
     signatures = None  # checked by export_run before the run loads
     if args.signatures is not None:
         signatures = [name.strip() for name in args.signatures.split(",")]
+    # Settings given only: export_run takes the others from the run.
+    given = {
+        name: value
+        for name, value in (
+            ("max_length", args.max_length),
+            ("max_length_a", args.max_length_a),
+            ("beam_width", args.beam_width),
+            ("length_penalty_alpha", args.length_penalty),
+            ("length_normalization", args.length_normalization),
+            ("early_stopping", args.early_stopping),
+        )
+        if value is not None
+    }
     path = export_run(
         args.run_dir,
         args.export_root,
         args.name,
         args.version,
         average_last=args.average_last,
-        max_length=args.max_length,
         max_source_length=args.max_source_length,
         sub_batch_size=args.sub_batch_size,
         in_flight=args.in_flight,
         jit_compile=args.jit_compile,
-        max_length_a=args.max_length_a,
         max_length_b=args.max_length_b,
-        beam_width=args.beam_width,
-        length_penalty_alpha=args.length_penalty,
         signatures=signatures,
+        **given,
     )
     print(path)
     return 0

@@ -307,7 +307,12 @@ def export_run(
     pass `export_translator` a model from `run_dir.load_run(run_dir, dtype=...)`).
 
     Sources are cut where the run's training cut them (`source_limit_of_run`)
-    unless `max_source_length` is given.
+    unless `max_source_length` is given. A run imported from a published
+    checkpoint decodes as the checkpoint's generation settings say (its config's
+    "generation": `pretrained.generation.decoding_settings`): they are the
+    defaults of `beam_width`, `max_length`, `length_penalty_alpha`,
+    `length_normalization`, `early_stopping` and `max_length_a`, which the
+    arguments given override.
 
     Args:
         run_dir: the training run directory.
@@ -320,6 +325,8 @@ def export_run(
             best checkpoint. Defaults to None (the best).
         **translator_kwargs: `Translator` arguments (max_source_length,
             sub_batch_size, beam_width, ...) and `export_translator`'s `signatures`.
+            Of the six the generation settings give, one given as None takes
+            theirs (but `max_length_a=None` turns the cap off).
 
     Returns:
         the version directory written.
@@ -328,6 +335,21 @@ def export_run(
     model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
     if translator_kwargs.get("max_source_length") is None:
         translator_kwargs["max_source_length"] = source_limit_of_run(config)
+    generation = config.get("generation", {})
+    for setting in (
+        "beam_width",
+        "max_length",
+        "length_penalty_alpha",
+        "length_normalization",
+        "early_stopping",
+        "max_length_a",
+    ):
+        # None means "no cap" for max_length_a alone; for the others, "not given".
+        given = setting in translator_kwargs and (
+            translator_kwargs[setting] is not None or setting == "max_length_a"
+        )
+        if setting in generation and not given:
+            translator_kwargs[setting] = generation[setting]
     return export_translator(
         model,
         export_root,
