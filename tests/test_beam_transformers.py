@@ -438,6 +438,7 @@ SETTING_NAMES = (
     "length_normalization",
     "early_stopping",
     "max_length_a",
+    "end_at_max_length",
 )
 
 
@@ -457,6 +458,7 @@ def test_decoding_settings_of_a_checkpoint():
         "length_normalization": "transformers",
         "early_stopping": False,
         "max_length_a": None,
+        "end_at_max_length": True,  # forced_eos_token_id 0, Marian's </s>
         "checkpoint_ids": {
             "decoder_start_token_id": 289,
             "forced_bos_token_id": None,
@@ -489,9 +491,20 @@ def test_decoding_settings_fall_back_to_config_json_then_transformers_defaults(t
     assert legacy["unsupported"] == {}
     bare = decoding_settings(_checkpoint(tmp_path / "bare"))
     assert bare["source"] is None
-    assert [bare[name] for name in SETTING_NAMES] == [1, 19, 1.0, "transformers", False, None]
-    # transformers ends a row at max_length as it is: here it would end with [END].
-    assert bare["unsupported"] == {"forced_eos_token_id": None}
+    assert [bare[name] for name in SETTING_NAMES] == [
+        1,
+        19,
+        1.0,
+        "transformers",
+        False,
+        None,
+        False,  # no forced_eos_token_id: a row ends at max_length as it is
+    ]
+    assert bare["unsupported"] == {}
+    other_end = decoding_settings(
+        _checkpoint(tmp_path / "other", config=dict(eos_token_id=2, forced_eos_token_id=5))
+    )
+    assert other_end["unsupported"] == {"forced_eos_token_id": 5}
     given = decoding_settings(
         _checkpoint(
             tmp_path / "given",

@@ -4,9 +4,11 @@ M2M-100, mBART-50) as a run directory; `import-marian` is its first name, kept."
 from __future__ import annotations
 
 import argparse
+import sys
 
 from keras_transformer.cli.common import COMMANDS, PROG
 from keras_transformer.pretrained import import_checkpoint
+from keras_transformer.training import run_dir as run_dir_lib
 
 NAMES = ("import", "import-marian")
 
@@ -38,4 +40,18 @@ def add_import_parser(subparsers) -> None:
 def run_import(args: argparse.Namespace) -> None:
     run_dir = import_checkpoint(args.checkpoint, args.run_dir)
     print(f"Imported {args.checkpoint} into {run_dir}")
+    settings = run_dir_lib.read_config(run_dir).get("generation", {})
+    print(
+        f"Its export decodes as its {settings.get('source') or 'defaults'} says: beam "
+        f"{settings.get('beam_width')}, length penalty {settings.get('length_penalty_alpha')} "
+        f"(transformers' normalization), early stopping {settings.get('early_stopping')}, "
+        f"at most {settings.get('max_length')} tokens; export flags override them."
+    )
+    unsupported = settings.get("unsupported") or {}
+    if unsupported:
+        shown = ", ".join(f"{name}={value!r}" for name, value in unsupported.items())
+        print(
+            f"{PROG}: note: settings the searches do not follow (docs/pretrained.md): {shown}",
+            file=sys.stderr,
+        )
     print(f"Export it: {PROG} export {run_dir} --export-root saved_models --name NAME")

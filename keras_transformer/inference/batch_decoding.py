@@ -82,13 +82,16 @@ class DecodingOptions:
         length_normalization: "gnmt" or "transformers": how beam search ranks
             hypotheses and stops (`BeamSearch`). "transformers" is what an
             imported checkpoint's generation settings ask for
-            (`pretrained.generation.decoding_settings`); with it, a row that
-            reaches `max_length` also ends there with [END], as transformers'
-            `forced_eos_token_id` (which translation checkpoints set) ends it,
-            whatever `max_length_a`. Defaults to "gnmt".
+            (`pretrained.generation.decoding_settings`). Defaults to "gnmt".
         early_stopping: True, False or "never": transformers' stopping rule of
             beam search, used with `length_normalization` "transformers" only.
             Defaults to False.
+        end_at_max_length: bool or None. A row that reaches `max_length` ends
+            there with [END], whatever `max_length_a`, as transformers'
+            `forced_eos_token_id` ends it (OPUS-MT's and mBART-50's checkpoints
+            set it; NLLB-200's and M2M-100's do not: their rows end there as
+            they are). Defaults to None: with `length_normalization`
+            "transformers" only.
         stop_at_end: bool. False always decodes `max_length` tokens
             (benchmarks). Defaults to True.
         use_cache: bool. False re-runs the encoder and the whole decoder
@@ -125,6 +128,7 @@ class DecodingOptions:
     length_penalty_alpha: float = 0.6
     length_normalization: str = "gnmt"
     early_stopping: bool | str = False
+    end_at_max_length: bool | None = None
     stop_at_end: bool = True
     use_cache: bool = True
     jit_compile: bool = False
@@ -249,7 +253,11 @@ class BatchDecoder(tf.Module):
             None if options.max_length_a is None else float(options.max_length_a),
             float(options.max_length_b),
             bool(options.stop_at_end),
-            end_at_max_length=options.length_normalization == "transformers",
+            end_at_max_length=(
+                options.length_normalization == "transformers"
+                if options.end_at_max_length is None
+                else bool(options.end_at_max_length)
+            ),
         )
         searches = dict(
             max_length=self.max_length,

@@ -571,8 +571,8 @@ def beam_search(
     Args:
         model: a built `Transformer`.
         context_ids: int `(batch, source_length)`.
-        beam_width, length_penalty_alpha, num_hypotheses, length_normalization,
-            early_stopping: as for `BeamSearch`.
+        beam_width: as for `BeamSearch`, and so are `length_penalty_alpha`,
+            `num_hypotheses`, `length_normalization` and `early_stopping`.
         max_length, stop_at_end, use_cache, fixed_shapes: as for `Search`.
         row_limits, fused_weights, prefix, forced_first: as for a `Search`'s call
             (with a prefix, the scores are the whole output's log-probability,

@@ -311,8 +311,8 @@ def export_run(
     checkpoint decodes as the checkpoint's generation settings say (its config's
     "generation": `pretrained.generation.decoding_settings`): they are the
     defaults of `beam_width`, `max_length`, `length_penalty_alpha`,
-    `length_normalization`, `early_stopping` and `max_length_a`, which the
-    arguments given override.
+    `length_normalization`, `early_stopping`, `max_length_a` and
+    `end_at_max_length`, which the arguments given override.
 
     Args:
         run_dir: the training run directory.
@@ -325,7 +325,7 @@ def export_run(
             best checkpoint. Defaults to None (the best).
         **translator_kwargs: `Translator` arguments (max_source_length,
             sub_batch_size, beam_width, ...) and `export_translator`'s `signatures`.
-            Of the six the generation settings give, one given as None takes
+            Of the seven the generation settings give, one given as None takes
             theirs (but `max_length_a=None` turns the cap off).
 
     Returns:
@@ -343,6 +343,7 @@ def export_run(
         "length_normalization",
         "early_stopping",
         "max_length_a",
+        "end_at_max_length",
     ):
         # None means "no cap" for max_length_a alone; for the others, "not given".
         given = setting in translator_kwargs and (

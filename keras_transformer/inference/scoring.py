@@ -130,7 +130,10 @@ def score_targets(model, context_ids, target_ids, sub_batch_size: int = 64) -> S
     return ScoreResult(scores, scored, token_scores[:, :widest])
 
 
-def normalized_scores(result: ScoreResult, alpha: float):
-    """`result.scores` divided by the GNMT length penalty of their lengths: beam search's
-    ranking of finished hypotheses (`beam.length_penalty`)."""
+def normalized_scores(result: ScoreResult, alpha: float, normalization: str = "gnmt"):
+    """`result.scores` as beam search ranks finished hypotheses: divided by the GNMT
+    length penalty of their lengths (`beam.length_penalty`), or with `normalization`
+    "transformers" by length ** `alpha`, as transformers' `generate()` does."""
+    if normalization == "transformers":
+        return result.scores / tf.pow(tf.cast(result.lengths, tf.float32), alpha)
     return result.scores / length_penalty(result.lengths, alpha)

@@ -156,6 +156,9 @@ class Translator(tf.Module):
         source_tokenizer, target_tokenizer = self._tokenizers(tf.shape(text)[0], languages)
         ids, truncated = inputs.source_tokens(source_tokenizer, text, self.max_source_length)
         outputs = {}
+        # The target's language code, forced as the first token, log-probability 0
+        # (transformers' `forced_bos_token_id`).
+        forced_first = None if languages is None else target_tokenizer.languages
         if prefix is not None:
             rows = tf.debugging.assert_equal(
                 tf.shape(prefix), tf.shape(text), message="text and prefix must have as many rows"
@@ -164,14 +167,12 @@ class Translator(tf.Module):
                 prefix, outputs["prefix_truncated"] = inputs.target_tokens(
                     target_tokenizer, prefix, self.max_length
                 )
-        elif languages is not None:
-            # The target's language code, forced as the first token (transformers'
-            # `forced_bos_token_id`); a prefix in that language starts with it already.
-            prefix = tf.RaggedTensor.from_tensor(target_tokenizer.languages[:, None])
+            if forced_first is not None:
+                prefix = prefix[:, 1:]  # after the language code, which is forced
         if sampling is None:
-            result = self.decoder.decode(ids, prefix=prefix, **search)
+            result = self.decoder.decode(ids, prefix=prefix, forced_first=forced_first, **search)
         else:
-            result = self.decoder.decode_with(sampling, ids, prefix)
+            result = self.decoder.decode_with(sampling, ids, prefix, forced_first=forced_first)
         return ids, truncated, result, outputs
 
     def _translate(self, text, prefix=None, **search) -> dict[str, tf.Tensor]:
@@ -276,7 +277,7 @@ class Translator(tf.Module):
 
         Returns:
             dict of score (float32 `(batch,)`: the log-probability of the target
-            tokens and [END]), normalized_score (score / the GNMT length penalty
+            tokens and [END]), normalized_score (score / the length penalty
             with `length_penalty_alpha`: beam search's normalization),
             token_scores (float32 `(batch, tokens)`, 0-padded), length (int32
             `(batch,)`, tokens scored), source_truncated and target_truncated.
@@ -302,7 +303,7 @@ class Translator(tf.Module):
         return {
             "score": result.scores,
             "normalized_score": scoring.normalized_scores(
-                result, self.options.length_penalty_alpha
+                result, self.options.length_penalty_alpha, self.options.length_normalization
             ),
             "token_scores": result.token_scores,
             "length": result.lengths,

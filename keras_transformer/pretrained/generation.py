@@ -102,6 +102,8 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
         length_normalization: "transformers".
         early_stopping: True, False or "never".
         max_length_a: None: `generate()` has no cap relative to the source.
+        end_at_max_length: whether a row that reaches `max_length` ends with
+            `</s>` there (a `forced_eos_token_id`), or as it is.
         checkpoint_ids: the settings of `CHECKPOINT_ID_SETTINGS` (forced first
             and last tokens, banned words, the decoder's start, end and padding
             ids, no_repeat_ngram_size), raw: the checkpoint's ids, for the
@@ -109,10 +111,8 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
         unsupported: {setting: value} for what the searches cannot honour:
             sampling, beam groups and diversity, repetition penalties, n-gram
             blocking, minimum lengths, suppressed or biased tokens, words banned
-            beyond padding, and a `forced_eos_token_id` other than the end token
-            (a row that reaches `max_length` ends with [END] here, as it does
-            with transformers' `forced_eos_token_id`). Empty when the searches
-            decode as `generate()` does.
+            beyond padding, and a `forced_eos_token_id` other than the end
+            token. Empty when the searches decode as `generate()` does.
         source: the file the settings were read from, or None (defaults only).
 
     Raises:
@@ -154,6 +154,8 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
         "length_normalization": "transformers",
         "early_stopping": early_stopping,
         "max_length_a": None,
+        # transformers' `forced_eos_token_id` ends a row at max_length with `</s>`.
+        "end_at_max_length": bool(_ids(settings["forced_eos_token_id"])),
         "checkpoint_ids": {name: settings[name] for name in CHECKPOINT_ID_SETTINGS},
         "unsupported": _unsupported(settings),
         "source": source,
@@ -202,10 +204,9 @@ def _unsupported(settings: dict) -> dict[str, Any]:
     banned = settings["bad_words_ids"]
     if banned is not None and any(list(words) != [pad] for words in banned):
         unsupported["bad_words_ids"] = banned
-    # A row that reaches max_length ends with the end token here, as transformers'
-    # `forced_eos_token_id` ends it; without one (or with another), it ends there as is.
-    forced_eos = _ids(settings["forced_eos_token_id"])
-    if not forced_eos or forced_eos != _ids(eos)[:1]:
+    # A row that reaches max_length ends with the end token (`end_at_max_length`) or as it
+    # is; a forced last token other than the end token has no place here.
+    if _ids(settings["forced_eos_token_id"]) not in ([], _ids(eos)[:1]):
         unsupported["forced_eos_token_id"] = settings["forced_eos_token_id"]
     return unsupported
 

@@ -16,7 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from keras_transformer.pretrained.safetensors_io import CheckpointError
+from keras_transformer.pretrained import generation
+from keras_transformer.pretrained.checkpoint_error import CheckpointError
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.config import TrainConfig
 
@@ -44,6 +45,18 @@ class PretrainedModel:
     tokenizer_kind: str = "marian"
     max_tokens: int | None = None
     generation: dict = dataclasses.field(default_factory=dict)
+
+
+def checkpoint_generation(directory: str | os.PathLike) -> dict:
+    """The checkpoint's decoding settings (`generation.decoding_settings`), as a run
+    records them: the library's settings its export decodes with by default, what the
+    searches cannot honour ("unsupported"), the file read ("source") and the
+    checkpoint's own token-id settings for the record ("checkpoint_ids": its ids, not
+    the library's). A settings file that cannot be read is a CheckpointError."""
+    try:
+        return generation.decoding_settings(directory)
+    except ValueError as error:
+        raise CheckpointError(f"{Path(directory)}: {error}") from None
 
 
 def import_run(load, directory: str | os.PathLike, run_dir: str | os.PathLike) -> Path:

@@ -27,7 +27,11 @@ import numpy as np
 from keras_transformer.constants import PAD_ID, START_ID
 from keras_transformer.layers.embedding import positional_encoding
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.pretrained.imported_run import PretrainedModel, import_run
+from keras_transformer.pretrained.imported_run import (
+    PretrainedModel,
+    checkpoint_generation,
+    import_run,
+)
 from keras_transformer.pretrained.marian_config import (
     SOURCE_SPM,
     SUPPRESSED_LOGIT_BIAS,
@@ -86,6 +90,7 @@ def load_marian(directory: str | os.PathLike) -> MarianModel:
         family="marian",
         tokenizer_kind="marian",
         max_tokens=spec.max_tokens,
+        generation=checkpoint_generation(spec.directory),
     )
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from keras_transformer.constants import START_ID
 from keras_transformer.layers.embedding import positional_encoding
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.pretrained.imported_run import PretrainedModel
+from keras_transformer.pretrained.imported_run import PretrainedModel, checkpoint_generation
 from keras_transformer.pretrained.marian_config import (
     ACTIVATIONS,
     CONFIG_FILE,
@@ -111,6 +111,7 @@ def load_multilingual(directory: str | os.PathLike, family: Family) -> Pretraine
         family=family.name,
         tokenizer_kind="multilingual",
         max_tokens=model_kwargs["max_length"],
+        generation=checkpoint_generation(directory),
     )
 
 
