@@ -294,7 +294,7 @@ answers = {}
 for name in ("serving_default", "beam_search", "greedy_with_prefix"):
     inputs = dict(text=text, **languages)
     if name == "greedy_with_prefix":
-        inputs["prefix"] = strings([""] * len(request["texts"]))
+        inputs["prefix"] = strings(request["prefixes"])
     out = loaded.signatures[name](**inputs)
     answers[name] = [t.decode() for t in out["translation"].numpy()]
 out = loaded.signatures["nbest"](text=text, num_hypotheses=tf.constant(2), **languages)
@@ -311,6 +311,13 @@ one = loaded.signatures["serving_default"](
     text=text, source_language=strings(["eng_Latn"]), target_language=strings(["deu_Latn"])
 )
 answers["one_language_for_all"] = [t.decode() for t in one["translation"].numpy()]
+rows = len(request["texts"])
+each = loaded.signatures["serving_default"](
+    text=text,
+    source_language=strings(["eng_Latn"] * rows),
+    target_language=strings(["deu_Latn"] * rows),
+)
+answers["the_same_code_per_row"] = [t.decode() for t in each["translation"].numpy()]
 try:
     loaded.signatures["serving_default"](
         text=text[:2], source_language=strings(["eng_Latn", "xx_Unknown"]),
@@ -348,7 +355,14 @@ def test_the_multilingual_export_answers_every_signature_in_a_fresh_process(nllb
     reference = imported.reference
     pairs = reference["pairs"]
     count = len(reference["targets"])
+    # Every other row continues the first word of transformers' greedy translation: the
+    # same translation (a prefix in the target language, after its forced code).
+    prefixes = [
+        text.split(" ")[0] if i % 2 == 0 else ""
+        for i, text in enumerate(reference["greedy_decoded"])
+    ]
     request = {
+        "prefixes": prefixes,
         "texts": reference["sources"],
         "source_languages": [source for source, _ in pairs],
         "target_languages": [target for _, target in pairs],
@@ -368,10 +382,8 @@ def test_the_multilingual_export_answers_every_signature_in_a_fresh_process(nllb
     assert answers["greedy_with_prefix"] == reference["greedy_decoded"]
     assert [row[0] for row in answers["nbest"]] == answers["beam_search"]
     # One code for the whole request: every row in those languages.
-    in_german = imported.tokenizer.tokenize_in(
-        tf.constant(reference["sources"]), tf.constant(["eng_Latn"])
-    )
-    assert len(answers["one_language_for_all"]) == in_german.shape[0]
+    assert answers["one_language_for_all"] == answers["the_same_code_per_row"]
+    assert len(set(answers["one_language_for_all"])) > 1
     assert "xx_Unknown" in answers["unknown"]
     assert answers["languages"] == sorted(imported.tokenizer.languages)
     # Targets that fit the export's most generated tokens score transformers' sums of
@@ -430,7 +442,6 @@ def nllb_run(tmp_path_factory):
 
 def test_fine_tuning_with_languages_from_files_and_from_prepared_data(nllb_run, tmp_path, capsys):
     from keras_transformer import cli
-    from keras_transformer.training.prepare import prepare
     from keras_transformer.training.run import train
 
     src, tgt = pair_files(tmp_path, 192, seed=1, name="train")
@@ -462,17 +473,18 @@ def test_fine_tuning_with_languages_from_files_and_from_prepared_data(nllb_run, 
     assert source.tokenize(tf.constant(["a"])).numpy()[0, 1] == english
     assert target.tokenize(tf.constant(["a"])).numpy()[0, 1] == german
 
-    # The same pairs prepared once (the imported tokenizer, each side's language), and a
-    # run from them.
-    data = prepare(
-        {"tokenizer": "multilingual", "init_from": str(nllb_run), **files, **languages},
-        tmp_path / "prepared",
-        tokenizer_from=nllb_run,
-    )
-    history = train(
-        {**settings, "data": str(data), "epochs": 2}, tmp_path / "from_prepared", verbose=0
-    )
+    # The same pairs prepared once by the command line (the imported tokenizer, each
+    # side's language), and a run from them, which takes the languages they hold.
+    data = tmp_path / "prepared"
+    argv = ["prepare", "--tokenizer-from", str(nllb_run), "--output", str(data)]
+    argv += ["--src", str(src), "--tgt", str(tgt), "--val-src", str(val_src)]
+    argv += ["--val-tgt", str(val_tgt), "--source-language", "eng_Latn"]
+    assert cli.main([*argv, "--target-language", "deu_Latn"]) == 0
+    unset = {name: None for name in languages}
+    run = tmp_path / "from_prepared"
+    history = train({**settings, **unset, "data": str(data), "epochs": 2}, run, verbose=0)
     assert history.history["val_loss"][-1] < losses[0]
+    assert run_dir_lib.read_config(run)["tokenizer"]["target_language"] == "deu_Latn"
 
     # Missing languages are one line naming them.
     argv = ["train", "--init-from", str(nllb_run), "--src", str(src), "--tgt", str(tgt)]
@@ -480,8 +492,55 @@ def test_fine_tuning_with_languages_from_files_and_from_prepared_data(nllb_run, 
     for extra, message in (
         (["--source-language", "eng_Latn"], "languages (--target-language CODE)"),
         ([], "give the pairs' languages (--source-language CODE --target-language CODE)"),
+        (
+            ["--source-language", "eng_latn", "--target-language", "deu_Latn"],
+            "Unknown source language 'eng_latn'",
+        ),
     ):
         with pytest.raises(SystemExit):
             cli.main([*argv, *extra])
         error = capsys.readouterr().err.strip()
         assert message in error and len(error.splitlines()) == 1, error
+        assert not (tmp_path / "refused").exists()  # refused before anything is written
+
+
+def copied_checkpoint(tmp_path, name: str, without=(), config=None, tokenizer_config=None):
+    """A copy of fixture `name` without the files `without`, with settings changed."""
+    checkpoint = tmp_path / name
+    checkpoint.mkdir()
+    for path in (FIXTURES / name).iterdir():
+        if path.name not in without:
+            (checkpoint / path.name).write_bytes(path.read_bytes())
+    for filename, changes in (("config.json", config), ("tokenizer_config.json", tokenizer_config)):
+        if changes:
+            values = json.loads((checkpoint / filename).read_text())
+            (checkpoint / filename).write_text(json.dumps({**values, **changes}))
+    return checkpoint
+
+
+def test_mbart50_without_tokenizer_json_takes_its_ids_from_the_sentencepiece_model(tmp_path):
+    """As MBart50Tokenizer does: fairseq's offset, the 52 codes, then <mask>."""
+    imported = Imported("mbart50_gelu")
+    bare = load(copied_checkpoint(tmp_path, "mbart50_gelu", without=("tokenizer.json",)))
+    assert bare.source_tokenizer.get_vocab() == imported.tokenizer.get_vocab()
+    assert bare.source_tokenizer.languages == imported.tokenizer.languages
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            dict(tokenizer_config={"tokenizer_class": "MBartTokenizer"}),
+            "tokenizer_class='MBartTokenizer' is not supported",
+        ),
+        (dict(tokenizer_config={"legacy_behaviour": True}), "legacy_behaviour=true"),
+        (dict(config={"decoder_start_token_id": 0}), "decoder_start_token_id=0 is not"),
+    ],
+)
+def test_other_framings_of_the_language_code_are_refused(tmp_path, changes, message):
+    """mBART-cc25's tokenizer and NLLB's legacy behaviour put the code after </s>, and
+    some decoders start from it: not what this import computes."""
+    checkpoint = copied_checkpoint(tmp_path, "nllb_relu", **changes)
+    with pytest.raises(CheckpointError, match=message):
+        import_checkpoint(checkpoint, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

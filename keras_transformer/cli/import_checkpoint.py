@@ -43,7 +43,8 @@ def run_import(args: argparse.Namespace) -> None:
     settings = run_dir_lib.read_config(run_dir).get("generation", {})
     print(
         f"Its export decodes as its {settings.get('source') or 'defaults'} says: beam "
-        f"{settings.get('beam_width')}, length penalty {settings.get('length_penalty_alpha')} "
+        f"{settings.get('beam_width', 'unset (the library default)')}, length penalty "
+        f"{settings.get('length_penalty_alpha')} "
         f"(transformers' normalization), early stopping {settings.get('early_stopping')}, "
         f"at most {settings.get('max_length')} tokens; export flags override them."
     )

@@ -87,6 +87,11 @@ def run_plot(args: argparse.Namespace) -> int:
         plotting.plot_training_curves(args.run_dir, out)
     else:
         model, source_tokenizer, target_tokenizer, _ = load_run(args.run_dir, args.checkpoint)
+        if hasattr(source_tokenizer, "tokenize_in"):
+            raise UserError(
+                "plot attention translates with a single-pair run; a multilingual "
+                "checkpoint's attention is not plotted"
+            )
         translator = Translator(model, source_tokenizer, target_tokenizer)
         method = "greedy" if args.beam is None else "beam"
         plotting.plot_translation_attention(

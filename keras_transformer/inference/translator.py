@@ -88,6 +88,14 @@ class Translator(tf.Module):
                 f"(KERAS_BACKEND=tensorflow); the Keras backend here is {backend.BACKEND!r}. "
                 "A run trained on another backend translates and exports unchanged there."
             )
+        if hasattr(source_tokenizer, "tokenize_in") and not isinstance(
+            self, MultilingualTranslator
+        ):
+            raise ValueError(
+                "These are a multilingual checkpoint's tokenizers: translate with a "
+                "MultilingualTranslator (translator_class(source_tokenizer)), whose calls take "
+                "the languages."
+            )
         unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(DecodingOptions)})
         if unknown:
             raise TypeError(f"Translator got unknown decoding settings: {', '.join(unknown)}")
@@ -423,6 +431,11 @@ class Translator(tf.Module):
                 "A multilingual translator needs source_language and target_language "
                 f"(codes such as {', '.join(sorted(self.source_tokenizer.languages)[:3])})."
             )
+        for codes in (source_language, target_language):
+            for code in [codes] if isinstance(codes, (str, bytes)) else codes:
+                code = code.decode() if isinstance(code, bytes) else code
+                if code not in self.source_tokenizer.languages:
+                    raise ValueError(self.source_tokenizer.unknown_language_message(code))
         return {
             name: tf.constant([code] if isinstance(code, (str, bytes)) else list(code), tf.string)
             for name, code in (

@@ -94,7 +94,8 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
 
     Returns:
         A dict of:
-        beam_width: `num_beams` (1: greedy search).
+        beam_width: `num_beams` (1: greedy search); absent where the checkpoint
+            sets none, so that a beam search keeps the library's width.
         max_length: the most tokens generated: `max_new_tokens` if set, else
             `max_length` - 1 (transformers' counts the decoder's start token).
         length_penalty_alpha: `length_penalty`, the exponent of transformers'
@@ -147,7 +148,7 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
             f'{where}: `early_stopping` must be true, false or "never". '
             f"Received: {early_stopping!r}"
         )
-    return {
+    settings_out = {
         "beam_width": num_beams,
         "max_length": max_length,
         "length_penalty_alpha": float(settings["length_penalty"]),
@@ -160,6 +161,11 @@ def decoding_settings(directory: str | os.PathLike) -> dict[str, Any]:
         "unsupported": _unsupported(settings),
         "source": source,
     }
+    if given.get("num_beams") is None:
+        # transformers' default (1) makes `generate()` greedy; the export's beam search
+        # signatures keep the library's width (`DecodingOptions.beam_width`).
+        del settings_out["beam_width"]
+    return settings_out
 
 
 def _read_settings(directory: Path) -> tuple[dict, str | None]:

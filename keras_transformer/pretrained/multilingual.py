@@ -79,6 +79,12 @@ def load_multilingual(directory: str | os.PathLike, family: Family) -> Pretraine
     files = read_tokenizer_files(directory, vocab_size)
     pad, eos = setting("pad_token_id", 0), setting("eos_token_id", 0)
     start = setting("decoder_start_token_id", 0)
+    if start != eos:
+        # mBART-cc25's translation checkpoints start from the language code.
+        raise CheckpointError(
+            f"{path}: decoder_start_token_id={start} is not eos_token_id={eos}; only decoders "
+            "that start from </s>, with the target's code forced next, are supported."
+        )
     unk = files.pieces.index("<unk>")
     vocabulary = Vocabulary.reordered(files.pieces, pad, unk, start, eos)
     model_kwargs = _model_kwargs(config, path, setting, family, len(vocabulary.order))

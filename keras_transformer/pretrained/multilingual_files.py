@@ -50,8 +50,47 @@ class TokenizerFiles:
     special_ids: set[int]
 
 
+# The tokenizers that frame a sentence `[code] pieces </s>` (source and target alike),
+# by tokenizer_config.json's `tokenizer_class`: the ones this module reads.
+TOKENIZER_CLASSES = (
+    "NllbTokenizer",
+    "NllbTokenizerFast",
+    "M2M100Tokenizer",
+    "MBart50Tokenizer",
+    "MBart50TokenizerFast",
+)
+# mBART-50's codes, in MBart50Tokenizer's order: after the SentencePiece pieces (shifted
+# by fairseq's offset), then `<mask>`; for a checkpoint without tokenizer.json.
+MBART50_LANGUAGE_CODES = (
+    "ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN it_IT ja_XX kk_KZ ko_KR lt_LT "
+    "lv_LV my_MM ne_NP nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN af_ZA az_AZ bn_IN fa_IR he_IL "
+    "hr_HR id_ID ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL ps_AF pt_XX sv_SE sw_KE ta_IN te_IN "
+    "th_TH tl_XX uk_UA ur_PK xh_ZA gl_ES sl_SI"
+).split()
+
+
+def check_tokenizer_class(directory: Path) -> str:
+    """tokenizer_config.json's `tokenizer_class`, one of `TOKENIZER_CLASSES`, in their
+    default framing: another (mBART-cc25's `MBartTokenizer`, which puts the code after
+    `</s>`) or NLLB's `legacy_behaviour` is refused in one line."""
+    config = read_json(directory / TOKENIZER_CONFIG, "tokenizer settings")
+    name = config.get("tokenizer_class") if isinstance(config, dict) else None
+    if name not in TOKENIZER_CLASSES:
+        raise CheckpointError(
+            f"{directory / TOKENIZER_CONFIG}: tokenizer_class={name!r} is not supported "
+            f"(supported: {', '.join(TOKENIZER_CLASSES)}, which put the language code first)."
+        )
+    if config.get("legacy_behaviour"):
+        raise CheckpointError(
+            f"{directory / TOKENIZER_CONFIG}: legacy_behaviour=true (the language code after "
+            "</s>) is not supported."
+        )
+    return name
+
+
 def read_tokenizer_files(directory: Path, vocab_size: int) -> TokenizerFiles:
     """Reads and checks the tokenizer files for a model of `vocab_size` ids."""
+    tokenizer_class = check_tokenizer_class(directory)
     spm = directory / SENTENCEPIECE_FILE
     if not spm.is_file():
         raise CheckpointError(
@@ -62,6 +101,8 @@ def read_tokenizer_files(directory: Path, vocab_size: int) -> TokenizerFiles:
         ids, added = _from_tokenizer_json(directory / TOKENIZER_JSON)
     elif (directory / VOCAB_JSON).is_file():
         ids, added = _from_vocab_json(directory)
+    elif tokenizer_class.startswith("MBart50"):
+        ids, added = _from_sentencepiece(spm)
     else:
         raise CheckpointError(
             f"{directory} holds neither {TOKENIZER_JSON} nor {VOCAB_JSON}: the ids of the "
@@ -103,6 +144,25 @@ def _from_tokenizer_json(path: Path) -> tuple[dict[str, int], dict[str, int]]:
     except (KeyError, TypeError, IndexError, ValueError) as error:
         raise CheckpointError(f"{path} is not a tokenizer.json of a known form: {error}") from None
     return {str(k): int(v) for k, v in vocab.items()}, added
+
+
+def _from_sentencepiece(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """MBart50Tokenizer's ids from its SentencePiece model alone: fairseq's four specials,
+    the pieces shifted by one (fairseq's offset), the language codes, `<mask>`."""
+    import sentencepiece  # the package is a dependency; imported on this rare path
+
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=path.read_bytes())
+    except (OSError, RuntimeError) as error:
+        raise CheckpointError(f"{path} is not a SentencePiece model: {error}") from None
+    ids = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(3, processor.get_piece_size()):  # after spm's <unk>, <s>, </s>
+        ids.setdefault(processor.id_to_piece(i), i + 1)
+    size = processor.get_piece_size() + 1
+    added = {code: size + i for i, code in enumerate(MBART50_LANGUAGE_CODES)}
+    added["<mask>"] = size + len(MBART50_LANGUAGE_CODES)
+    added.update({token: ids[token] for token in ("<s>", "<pad>", "</s>", "<unk>")})
+    return ids, added
 
 
 def _from_vocab_json(directory: Path) -> tuple[dict[str, int], dict[str, int]]:

@@ -22,6 +22,7 @@ directory that `train` accepts, and the next one starts clean.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -84,6 +85,8 @@ def prepare(
     """
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
+    if tokenizer_from is not None:
+        config = _with_multilingual_tokenizer(config, Path(tokenizer_from))
     config.validate()
     if config.corpus == "prepared":
         raise ValueError("prepare reads a corpus (files, tsv, tfds or demo), not prepared data.")
@@ -99,11 +102,7 @@ def prepare(
         settings, source = _tokenizer_source(Path(tokenizer_from))
         if settings["kind"] == "multilingual":
             # One tokenizer of many languages: this corpus' are the prepare's own.
-            settings = {
-                **settings,
-                "source_language": config.source_language,
-                "target_language": config.target_language,
-            }
+            settings = {**settings, **config.tokenizer_kwargs()}
     else:
         settings, source = config.tokenizer_kwargs(), None
     streams = _pair_streams(config)
@@ -147,6 +146,28 @@ def prepare(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return output_dir
+
+
+def _with_multilingual_tokenizer(config: TrainConfig, directory: Path) -> TrainConfig:
+    """`config`, taking a multilingual checkpoint's tokenizer from `directory` (a run or
+    prepared directory): its kind, and the corpus' languages, checked against its codes
+    (the prepared directory's own where not given)."""
+    if (directory / prepared.INDEX_FILE).is_file():
+        settings = prepared.PreparedData(directory).tokenizer_settings
+    elif (directory / run_dir_lib.CONFIG_FILE).is_file():
+        settings = run_dir_lib.tokenizer_settings(run_dir_lib.read_config(directory))
+    else:
+        return config  # refused with its reason by `_tokenizer_source`
+    if settings["kind"] != "multilingual":
+        return config
+    languages = {
+        name: getattr(config, name) or settings.get(name)
+        for name in ("source_language", "target_language")
+    }
+    languages = run_dir_lib.checked_languages(directory, languages, str(directory))
+    return dataclasses.replace(
+        config, tokenizer="multilingual", init_from=str(directory), **languages
+    )
 
 
 def _tokenizer_source(directory: Path) -> tuple[dict, Path]:

@@ -214,6 +214,34 @@ def _check_vocab_sizes(run_dir: Path, config: dict, settings: dict, tokenizers) 
             )
 
 
+def checked_languages(directory: str | os.PathLike, settings: dict, origin: str) -> dict:
+    """`settings`' source_language and target_language, each a code the multilingual
+    tokenizer file in `directory` knows (read as JSON: no TensorFlow needed); a missing
+    or unknown one is a ValueError in one line naming the flag (`origin` names where
+    the tokenizer comes from)."""
+    missing = [
+        f"--{name.replace('_', '-')} CODE"
+        for name in ("source_language", "target_language")
+        if not settings.get(name)
+    ]
+    if missing:
+        raise ValueError(
+            f"{origin} is a multilingual checkpoint's: give the pairs' languages "
+            f"({' '.join(missing)})."
+        )
+    path = Path(directory) / MULTILINGUAL_FILE
+    known = sorted(_read_json(path).get("languages", {}))
+    for name in ("source_language", "target_language"):
+        if settings[name] not in known:
+            shown = ", ".join(known[:5]) + (
+                f", ... ({len(known)} in all)" if len(known) > 5 else ""
+            )
+            raise ValueError(
+                f"Unknown {name.replace('_', ' ')} {settings[name]!r}: {path} knows {shown}."
+            )
+    return {name: settings[name] for name in ("source_language", "target_language")}
+
+
 def make_tokenizers(run_dir: str | os.PathLike, settings: dict):
     """(source, target) tokenizers from `settings` (`tokenizer_settings`) and the files
     in `run_dir`; one tokenizer object twice for a joint vocabulary."""

@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from keras_transformer.models.transformer import Transformer
+from keras_transformer.text import prepared
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.config import TrainConfig
 
@@ -35,15 +36,16 @@ def settings_of_initial_run(config: TrainConfig) -> TrainConfig:
     if "vocab_size" in tokenizer:
         settings["vocab_size"] = tokenizer["vocab_size"]
     if tokenizer["kind"] == "multilingual":
-        # A run of the languages it names, else of the initial run's own (a fine-tuned one).
-        for name in ("source_language", "target_language"):
-            settings[name] = getattr(config, name) or tokenizer.get(name)
-        missing = [f"--{name.replace('_', '-')} CODE" for name, v in settings.items() if v is None]
-        if missing:
-            raise ValueError(
-                f"{config.init_from} is a multilingual checkpoint's run: give the pairs' "
-                f"languages ({' '.join(missing)})."
-            )
+        # A run of the languages it names, else of its prepared data's, else of the
+        # initial run's own (a fine-tuned one); checked before anything is written.
+        prepared_tokenizer = prepared.read_index(config.data)["tokenizer"] if config.data else {}
+        languages = {
+            name: getattr(config, name) or prepared_tokenizer.get(name) or tokenizer.get(name)
+            for name in ("source_language", "target_language")
+        }
+        settings.update(
+            run_dir_lib.checked_languages(config.init_from, languages, str(config.init_from))
+        )
     return dataclasses.replace(config, **model, **settings, tokenizer=tokenizer["kind"])
 
 
