@@ -158,7 +158,7 @@ def test_cli_default_output_dir_keeps_each_evaluation(tmp_path, monkeypatch, cap
 
     calls = []
 
-    def translate_fn(model, beam_width=None):
+    def translate_fn(model, beam_width=None, source_language=None, target_language=None):
         calls.append((model, beam_width))
         return identity
 
