@@ -11,6 +11,10 @@ A translator is its two tokenizers, a `BatchDecoder` (`batch_decoding.py`: the
 searches, the length policy, the bounded sub-batches and XLA's shapes) and the
 traced functions between them; the strings' cuts are `inputs.py`'s. It stays one
 module because its traced functions are methods of the one object a SavedModel tracks.
+`MultilingualTranslator` (a multilingual checkpoint's: the same functions, each taking
+the languages) stays beside it: it only re-declares those functions' signatures over
+the base class's graph pieces, and the base class refuses multilingual tokenizers by
+naming it.
 
 The package's `tf.function`s are traced without AutoGraph (`autograph=False`): their
 code branches and loops with `tf.cond` and `tf.while_loop` already, and AutoGraph
