@@ -36,6 +36,11 @@ from keras_transformer_commands import (
 # the default too (figures: benchmarks/RESULTS.md, "Figures behind design choices").
 # `plot attention` decodes one sentence, too little to matter. A value the user set is kept.
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
+# Commands that only move weights also run on Eigen's kernels: on oneDNN's, TensorFlow's
+# allocator keeps every block it frees for the process's life, so each copy a tensor
+# passes through stays (the import of an NLLB-200-600M checkpoint peaked at 6.4 GiB on
+# oneDNN's and 5.5 on Eigen's: benchmarks/multilingual.py).
+IMPORT_COMMANDS = ("import", "import-marian")
 KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 LARGE_EXPORT_BYTES = 100 * 10**6
 
@@ -100,9 +105,11 @@ def _export_bytes(argv: list[str]) -> int:
 
 
 def _choose_kernels(argv: list[str], environ=os.environ) -> None:
-    """Eigen kernels for a command that only decodes a model smaller than base size,
-    unless the user chose."""
-    if command(argv) in DECODE_ONLY_COMMANDS and _export_bytes(argv) < LARGE_EXPORT_BYTES:
+    """Eigen kernels for an import, and for a command that only decodes a model smaller
+    than base size, unless the user chose."""
+    name = command(argv)
+    small = name in DECODE_ONLY_COMMANDS and _export_bytes(argv) < LARGE_EXPORT_BYTES
+    if small or name in IMPORT_COMMANDS:
         environ.setdefault(KERNELS_VARIABLE, "0")
 
 

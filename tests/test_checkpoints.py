@@ -1,5 +1,6 @@
 """Checkpoints written by earlier versions still load, with the same outputs."""
 
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -95,3 +96,44 @@ def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(
 def test_a_policy_that_would_round_the_weights_is_refused():
     with pytest.raises(ValueError, match="would round them"):
         checkpoints.with_dtype(tiny_transformer(), "bfloat16")
+
+
+def test_save_checkpoint_writes_the_archive_keras_writes_and_loads_it_back(tmp_path):
+    """A checkpoint is saved through a directory (its weights straight to disk) and
+    zipped; it holds the members `model.save` writes, loads with Keras' own loader
+    and ours to the same logits, and leaves no scratch directory beside it."""
+    model = tiny_transformer()
+    ids = np.array([[5, 6, 7, 0]])
+    logits = model((ids, ids))
+    path = checkpoints.save_checkpoint(model, tmp_path / "best.keras", epoch=3)
+    model.save(tmp_path / "keras.keras")
+    with zipfile.ZipFile(path) as ours, zipfile.ZipFile(tmp_path / "keras.keras") as keras_own:
+        assert sorted(ours.namelist()) == sorted(keras_own.namelist() + [checkpoints.RECORD_FILE])
+        assert all(info.compress_type == zipfile.ZIP_STORED for info in ours.infolist())
+    assert checkpoints.read_record(path) == {"epoch": 3}
+    assert_close(checkpoints.load_model(path)((ids, ids)), logits, atol=0)
+    import keras
+
+    assert_close(keras.models.load_model(path)((ids, ids)), logits, atol=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.keras", "keras.keras"]
+
+
+def test_a_checkpoint_in_a_read_only_directory_loads(tmp_path, monkeypatch):
+    """Loading unzips into a scratch directory beside the checkpoint, or into the system's
+    temporary directory where the checkpoint's cannot be written (as here, for every
+    user: a directory made read-only does not stop root)."""
+    model = tiny_transformer()
+    ids = np.array([[5, 6, 7, 0]])
+    path = checkpoints.save_checkpoint(model, tmp_path / "run" / "best.keras")
+    made, original = [], tempfile.TemporaryDirectory
+
+    def temporary_directory(dir=None, **kwargs):
+        if dir is not None:
+            raise PermissionError(f"[Errno 13] Permission denied: {dir!r}")
+        made.append(original(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(checkpoints.tempfile, "TemporaryDirectory", temporary_directory)
+    assert_close(checkpoints.load_model(path)((ids, ids)), model((ids, ids)), atol=0)
+    assert len(made) == 1 and not Path(made[0].name).exists()
+    assert [p.name for p in path.parent.iterdir()] == ["best.keras"]

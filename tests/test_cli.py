@@ -523,12 +523,15 @@ def test_the_launcher_lists_the_commands_the_library_parses():
         (["train", "--run-dir", "r"], None),
         (["demo"], None),
         (["export", "r", "--name", "n"], None),
+        (["import", "checkpoint", "--run-dir", "r"], "0"),
+        (["import-marian", "checkpoint", "--run-dir", "r"], "0"),
     ],
 )
-def test_commands_that_only_decode_run_on_eigen_kernels(argv, chosen):
+def test_commands_that_only_decode_or_import_run_on_eigen_kernels(argv, chosen):
     """`translate` and `evaluate` of a small model (here: no export) ask TensorFlow for its
-    Eigen CPU kernels, which decode it faster than oneDNN's; training keeps TensorFlow's
-    default."""
+    Eigen CPU kernels, which decode it faster than oneDNN's, and an import for them too
+    (oneDNN's allocator keeps what the copies of weights took); training keeps
+    TensorFlow's default."""
     environ = {}
     launcher._choose_kernels(argv, environ)
     assert environ.get(launcher.KERNELS_VARIABLE) == chosen

@@ -1,4 +1,5 @@
-"""`read_weights` on pytorch_model.bin, read without torch (pretrained/torch_pickle.py).
+"""`read_weights` and `open_weights` on pytorch_model.bin, read without torch
+(pretrained/torch_pickle.py), and on safetensors.
 
 The files of tests/data/torch_pickle/ are torch.save's own, made by its make_fixtures.py
 (torch 2.13); expected.npz holds their values. The pickles that try to run code, and the
@@ -21,6 +22,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from keras_transformer.pretrained import CheckpointError, read_weights
+from keras_transformer.pretrained.safetensors_io import open_weights
 
 FIXTURES = Path(__file__).parent / "data" / "torch_pickle"
 EXPECTED = dict(np.load(FIXTURES / "expected.npz"))
@@ -243,3 +245,64 @@ def test_a_shard_the_index_names_missing_is_refused(tmp_path):
 
 def test_a_directory_without_weights_is_refused(tmp_path):
     assert "holds no weights: neither model.safetensors nor pytorch_model.bin" in refused(tmp_path)
+
+
+# -- reading a tensor at a time ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", ["single", "sharded"])
+def test_open_weights_reads_each_tensor_when_asked_as_read_weights_does(fixture):
+    """The lazy mapping an import reads holds every name and shape from the headers, and
+    each tensor it returns equals `read_weights`' (pickles)."""
+    with open_weights(FIXTURES / fixture) as weights:
+        assert sorted(weights) == sorted(DTYPES)
+        for name in DTYPES:
+            assert weights.shape(name) == EXPECTED[name].shape
+            assert np.array_equal(weights[name], EXPECTED[name]), name
+
+
+def test_safetensors_tensors_are_read_in_every_dtype_bfloat16_as_float32(tmp_path):
+    """safetensors' bytes are read at the header's offsets (not through the package's
+    mapping); bfloat16 (which numpy lacks) becomes float32, as in a pickle."""
+    values = {
+        "float32": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "float16": np.array([1.5, -2.0], np.float16),
+        "int64": np.array([2**40, -3], np.int64),
+        "bool": np.array([True, False]),
+        "scalar": np.array(4.25, np.float32),
+    }
+    save_file(values, tmp_path / "model.safetensors")
+    with open_weights(tmp_path) as weights:
+        assert sorted(weights) == sorted(values)
+        for name, value in values.items():
+            assert weights[name].dtype == value.dtype and np.array_equal(weights[name], value)
+    # bfloat16: the upper halves of float32 values that it holds exactly.
+    exact = np.array([[1.0, -2.5, 3.140625], [0.00099945068359375, -65280.0, 0.0]], np.float32)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}}).encode()
+    data = (exact.view(np.uint32) >> 16).astype("<u2").tobytes()
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + data)
+    assert read_weights(tmp_path)["w"].tolist() == exact.tolist()
+
+
+def test_a_truncated_safetensors_is_refused_when_opened(tmp_path):
+    save_file({"w": np.ones((4, 4), np.float32)}, tmp_path / "model.safetensors")
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:-8])
+    message = refused(tmp_path)
+    assert "model.safetensors cannot be read as safetensors (truncated or damaged?)" in message
+
+
+def test_a_reordered_table_written_in_blocks_equals_the_whole_reorder(monkeypatch):
+    """`Rows` writes a table into its variable a block at a time (in place, on
+    TensorFlow): with blocks smaller than the table, and the [START] row repeated, it
+    equals the table reordered whole."""
+    import keras
+
+    from keras_transformer.pretrained import weight_map
+
+    monkeypatch.setattr(weight_map, "ROWS_PER_BLOCK", 3)
+    table = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    order = np.array([1, 3, 2, 2, 0, 4, 5, 6, 7, 8, 9])
+    variable = keras.Variable(np.zeros((11, 4), np.float32))
+    weight_map.Rows(order).assign(variable, table)
+    assert np.array_equal(keras.ops.convert_to_numpy(variable), table[order])

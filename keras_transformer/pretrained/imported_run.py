@@ -18,6 +18,7 @@ from pathlib import Path
 
 from keras_transformer.pretrained import generation
 from keras_transformer.pretrained.checkpoint_error import CheckpointError
+from keras_transformer.training import checkpoints
 from keras_transformer.training import run_dir as run_dir_lib
 from keras_transformer.training.config import TrainConfig
 
@@ -109,4 +110,4 @@ def _write_run(imported: PretrainedModel, checkpoint: Path, run_dir: Path) -> No
     }
     run_dir_lib.write_config(run_dir, run_config)
     (run_dir / run_dir_lib.CHECKPOINT_DIR).mkdir()
-    imported.model.save(run_dir / run_dir_lib.BEST_CHECKPOINT)
+    checkpoints.save_checkpoint(imported.model, run_dir / run_dir_lib.BEST_CHECKPOINT)

@@ -42,9 +42,15 @@ from keras_transformer.pretrained.marian_config import (
 from keras_transformer.pretrained.safetensors_io import (
     SAFETENSORS_FILE,
     CheckpointError,
-    read_weights,
+    open_weights,
 )
-from keras_transformer.pretrained.weight_map import CheckpointTensors, assign, block_weights
+from keras_transformer.pretrained.weight_map import (
+    CheckpointTensors,
+    Rows,
+    assign,
+    block_weights,
+    build_for_import,
+)
 from keras_transformer.text.tokenizers.marian import MarianTokenizer
 
 # The import's result (kept under its first name).
@@ -72,16 +78,16 @@ def load_marian(directory: str | os.PathLike) -> MarianModel:
     source_tokenizer, target_tokenizer = _tokenizers(spec)
     # Positions are computed (checked in `_check_positions`); tied copies are the same.
     ignored = ("embed_positions", "embed_tokens", "model.shared")
-    tensors = CheckpointTensors(
-        read_weights(spec.directory),
-        spec.directory / SAFETENSORS_FILE,
-        ignored + (("lm_head",) if spec.tied_output else ()),
-    )
     model = Transformer(**spec.model_kwargs)
-    ones = np.ones((1, 2), "int32")
-    model((ones, ones), training=False)  # builds every weight
-    _assign(model, tensors, spec)
-    tensors.check_all_used()
+    build_for_import(model)
+    with open_weights(spec.directory) as weights:
+        tensors = CheckpointTensors(
+            weights,
+            spec.directory / SAFETENSORS_FILE,
+            ignored + (("lm_head",) if spec.tied_output else ()),
+        )
+        _assign(model, tensors, spec)
+        tensors.check_all_used()
     return PretrainedModel(
         model,
         source_tokenizer,
@@ -158,12 +164,12 @@ def _weight_map(spec: MarianSpec) -> dict[str, tuple[list[str], tuple, object]]:
         "encoder/embedding/token_embedding/embeddings": (
             shared if spec.shared_embeddings else ["model.encoder.embed_tokens.weight"],
             (vocab_src, d),
-            lambda value: value[source_order],  # rows in library order, [START] repeated
+            Rows(source_order),  # rows in library order, [START] repeated
         ),
         "decoder/embedding/token_embedding/embeddings": (
             ["model.decoder.embed_tokens.weight"],
             (vocab_tgt, d),
-            lambda value: value[target_order],
+            Rows(target_order),
         ),
         "logits_bias": (["final_logits_bias"], (1, vocab_tgt), logits_bias),
         "final_layer/kernel": (

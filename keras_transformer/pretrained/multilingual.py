@@ -32,12 +32,14 @@ from keras_transformer.pretrained.marian_config import (
     read_json,
 )
 from keras_transformer.pretrained.multilingual_files import read_tokenizer_files
-from keras_transformer.pretrained.safetensors_io import CheckpointError, read_weights
+from keras_transformer.pretrained.safetensors_io import CheckpointError, open_weights
 from keras_transformer.pretrained.vocabulary import Vocabulary
 from keras_transformer.pretrained.weight_map import (
     CheckpointTensors,
+    Rows,
     assign,
     block_weights,
+    build_for_import,
     norm,
     same,
 )
@@ -98,17 +100,17 @@ def load_multilingual(directory: str | os.PathLike, family: Family) -> Pretraine
         name="joint_tokenizer",
     )
     model = Transformer(**model_kwargs)
-    ones = np.ones((1, 2), "int32")
-    model((ones, ones), training=False)  # builds every weight
+    build_for_import(model)
     # Tied copies of the shared table, and computed positions, are not read.
     ignored = ("embed_tokens", "lm_head")
     if family.position_layout != "learned":
         ignored += ("embed_positions",)
-    tensors = CheckpointTensors(read_weights(directory), directory, ignored)
-    assign(model, tensors, _weight_map(family, model_kwargs, vocabulary), family.name)
-    if family.position_layout != "learned":
-        _check_positions(tensors, model_kwargs)
-    tensors.check_all_used()
+    with open_weights(directory) as weights:
+        tensors = CheckpointTensors(weights, directory, ignored)
+        assign(model, tensors, _weight_map(family, model_kwargs, vocabulary), family.name)
+        if family.position_layout != "learned":
+            _check_positions(tensors, model_kwargs)
+        tensors.check_all_used()
     return PretrainedModel(
         model,
         tokenizer,
@@ -198,7 +200,7 @@ def _weight_map(family: Family, kwargs: dict, vocabulary: Vocabulary) -> dict:
         "encoder/embedding/token_embedding/embeddings": (
             shared,
             (size, d),
-            lambda value: value[order],  # rows in library order, [START] repeated
+            Rows(order),  # rows in library order, [START] repeated
         ),
     }
     if family.logits_bias:

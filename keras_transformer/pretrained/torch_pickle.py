@@ -6,9 +6,13 @@ tensors name their storages by persistent id ('storage', type, key, location, si
 where that entry is absent). A pickle calls whatever its globals name, so this one may name
 only what torch's `weights_only=True` loader needs for a state dict (`find_class`); any other
 global is refused when the pickle names it, before it can be called. A tensor becomes a
-read-only numpy view of its storage, which is read once however many tensors share it
-(tied weights, slices), copied only where the view is not contiguous; bfloat16 storages
-become float32 as they are read, every other dtype stays as saved.
+read-only numpy view of its storage, copied only where the view is not contiguous;
+bfloat16 storages become float32 as they are read, every other dtype stays as saved.
+
+`TorchFile` reads the pickle and checks every storage's size and every tensor's bounds
+when it opens, and a tensor's storage only when that tensor is asked for: an import holds
+one tensor at a time beside the model, not the whole checkpoint. `read_torch_file` reads
+them all, each storage once however many tensors share it (tied weights, slices).
 """
 
 from __future__ import annotations
@@ -49,44 +53,128 @@ class _StorageType:
 
 @dataclass(frozen=True)
 class _Storage:
-    values: np.ndarray  # 1-D, read-only: the storage's elements in native byte order
+    entry: str  # its archive entry
+    kind: str  # a key of STORAGE_TYPES
+    dtype: np.dtype  # as saved, in the archive's byte order
+    size: int  # elements
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """A view of a storage, checked to lie within it; read by `TorchFile.read`."""
+
+    storage: _Storage
+    offset: int
+    shape: tuple
+    stride: tuple
 
 
 def read_torch_file(path: Path) -> dict[str, np.ndarray]:
-    """The tensors of a `torch.save`d state dict, by name; CheckpointError if it is not one."""
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as error:
-        with open(path, "rb") as file:
-            if file.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
-                raise CheckpointError(
-                    f"{path} is in torch's legacy format (torch < 1.6), which is not read: "
-                    "load it and torch.save it again with a recent torch."
-                ) from None
-        raise CheckpointError(
-            f"{path} is not the zip archive torch.save writes (truncated or damaged?): {error}"
-        ) from None
-    with archive:
+    """The tensors of a `torch.save`d state dict, by name; CheckpointError if it is not one.
+    Tensors that share a storage in torch share its memory here."""
+    with TorchFile(path) as file:
+        storages = {}
+        return {name: file.read(name, storages) for name in file.shapes}
+
+
+class TorchFile:
+    """A `torch.save`d state dict, open: its tensors' shapes by name (`shapes`), and each
+    tensor read when asked for (`read`). CheckpointError, on opening, if it is not one."""
+
+    def __init__(self, path: Path):
+        self.path = path
         try:
-            loaded = _Unpickler(archive, path).load()
+            self._archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as error:
+            with open(path, "rb") as file:
+                if file.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
+                    raise CheckpointError(
+                        f"{path} is in torch's legacy format (torch < 1.6), which is not read: "
+                        "load it and torch.save it again with a recent torch."
+                    ) from None
+            raise CheckpointError(
+                f"{path} is not the zip archive torch.save writes (truncated or damaged?): {error}"
+            ) from None
+        try:
+            self._tensors = self._unpickle()
+        except BaseException:
+            self._archive.close()
+            raise
+        self.shapes = {name: tensor.shape for name, tensor in self._tensors.items()}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    def close(self) -> None:
+        self._archive.close()
+
+    def read(self, name: str, storages: dict | None = None) -> np.ndarray:
+        """Tensor `name`, read-only; `storages` (entry -> values), where given, keeps each
+        storage read, for the tensors that share it."""
+        tensor = self._tensors[name]
+        storage = tensor.storage
+        try:
+            if storages is None or storage.entry not in storages:
+                values = self._values(storage)
+                if storages is not None:
+                    storages[storage.entry] = values
+            else:
+                values = storages[storage.entry]
+        except (zipfile.BadZipFile, OSError, EOFError) as error:  # a CRC error, a cut file
+            raise CheckpointError(
+                f"{self.path}: {storage.entry} cannot be read (damaged?): {_one_line(error)}"
+            ) from None
+        if 0 in tensor.shape:
+            view = np.zeros(tensor.shape, values.dtype)
+            view.flags.writeable = False
+            return view
+        strides = tuple(step * values.itemsize for step in tensor.stride)
+        view = np.lib.stride_tricks.as_strided(
+            values[tensor.offset :], tensor.shape, strides, writeable=False
+        )
+        # A transpose or a column is copied in C order; a view with more elements than its
+        # storage (an expanded tensor, whose strides repeat elements) stays a view, not memory.
+        if view.flags.c_contiguous or view.size > len(values):
+            return view
+        view = view.copy()
+        view.flags.writeable = False  # as the views of storage are
+        return view
+
+    def _values(self, storage: _Storage) -> np.ndarray:
+        """A storage's elements, 1-D, read-only, in native byte order."""
+        data = self._archive.read(storage.entry)
+        values = np.frombuffer(data, storage.dtype, count=storage.size)
+        if storage.kind == "BFloat16Storage":
+            bits = values.astype(np.uint32)
+            bits <<= 16
+            values = bits.view(np.float32)
+        elif not storage.dtype.isnative:
+            values = values.astype(storage.dtype.newbyteorder("="))
+        values.flags.writeable = False
+        return values
+
+    def _unpickle(self) -> dict[str, _Tensor]:
+        try:
+            loaded = _Unpickler(self._archive, self.path).load()
         except CheckpointError:
             raise
         # A damaged archive or pickle fails in many ways (BadZipFile's CRC, EOFError,
         # UnpicklingError, a TypeError from a call with wrong arguments): all are refused.
         except Exception as error:
             raise CheckpointError(
-                f"{path}: its pickle does not rebuild tensors (damaged?): {_one_line(error)}"
+                f"{self.path}: its pickle does not rebuild tensors (damaged?): {_one_line(error)}"
             ) from None
-    if not isinstance(loaded, dict) or not all(
-        isinstance(name, str) and isinstance(value, np.ndarray) for name, value in loaded.items()
-    ):
-        raise CheckpointError(
-            f"{path} holds a {type(loaded).__name__} that is not a dict of tensors by name "
-            "(a state dict)."
-        )
-    for value in loaded.values():
-        value.flags.writeable = False  # as the views of storage are
-    return dict(loaded)
+        if not isinstance(loaded, dict) or not all(
+            isinstance(name, str) and isinstance(value, _Tensor) for name, value in loaded.items()
+        ):
+            raise CheckpointError(
+                f"{self.path} holds a {type(loaded).__name__} that is not a dict of tensors by "
+                "name (a state dict)."
+            )
+        return dict(loaded)
 
 
 class _Unpickler(pickle.Unpickler):
@@ -133,35 +221,31 @@ class _Unpickler(pickle.Unpickler):
         _, kind, key, _, size = pid
         if key not in self._storages:
             dtype = np.dtype(STORAGE_TYPES[kind.name]).newbyteorder(self._order)
-            data = self._entry(f"data/{key}")
-            if size < 0 or len(data) < size * dtype.itemsize:
+            entry = self._prefix + f"data/{key}"
+            try:
+                stored = self._archive.getinfo(entry).file_size
+            except KeyError:
+                raise self._lacks(entry) from None
+            if size < 0 or stored < size * dtype.itemsize:
                 raise CheckpointError(
-                    f"{self._path}: {self._prefix}data/{key} holds {len(data)} bytes, fewer than "
+                    f"{self._path}: {entry} holds {stored} bytes, fewer than "
                     f"its {size} elements of {dtype.itemsize} (truncated or damaged?)."
                 )
-            values = np.frombuffer(data, dtype, count=size)
-            if kind.name == "BFloat16Storage":
-                bits = values.astype(np.uint32)
-                bits <<= 16
-                values = bits.view(np.float32)
-            elif not dtype.isnative:
-                values = values.astype(dtype.newbyteorder("="))
-            values.flags.writeable = False
-            self._storages[key] = _Storage(values)
+            self._storages[key] = _Storage(entry, kind.name, dtype, size)
         return self._storages[key]
 
-    def _entry(self, name: str, default: str | None = None) -> bytes:
+    def _entry(self, name: str, default: str) -> bytes:
         try:
             return self._archive.read(self._prefix + name)
         except KeyError:
-            if default is not None:
-                return default.encode()
-            raise CheckpointError(
-                f"{self._path} lacks {self._prefix}{name}, which its pickle names "
-                "(truncated or damaged?)."
-            ) from None
+            return default.encode()
 
-    def _tensor(self, storage, offset, size, stride, *_) -> np.ndarray:
+    def _lacks(self, entry: str) -> CheckpointError:
+        return CheckpointError(
+            f"{self._path} lacks {entry}, which its pickle names (truncated or damaged?)."
+        )
+
+    def _tensor(self, storage, offset, size, stride, *_) -> _Tensor:
         """torch._utils._rebuild_tensor(_v2): the view (offset, size, stride) of `storage`,
         in elements; the bounds are checked, as `as_strided` would read past them."""
         if not (
@@ -176,22 +260,13 @@ class _Unpickler(pickle.Unpickler):
                 f"{self._path}: its pickle rebuilds a tensor from other than a storage, offset, "
                 "size and stride."
             )
-        values = storage.values
-        if 0 in size:
-            return np.zeros(size, values.dtype)
         last = offset + sum((n - 1) * step for n, step in zip(size, stride))
-        if offset < 0 or last >= len(values):
+        if 0 not in size and (offset < 0 or last >= storage.size):
             raise CheckpointError(
                 f"{self._path}: a tensor of shape {size} at element {offset} reads past its "
-                f"storage's {len(values)} elements (truncated or damaged?)."
+                f"storage's {storage.size} elements (truncated or damaged?)."
             )
-        strides = tuple(step * values.itemsize for step in stride)
-        view = np.lib.stride_tricks.as_strided(values[offset:], size, strides, writeable=False)
-        # A transpose or a column is copied in C order; a view with more elements than its
-        # storage (an expanded tensor, whose strides repeat elements) stays a view, not memory.
-        if view.flags.c_contiguous or view.size > len(values):
-            return view
-        return view.copy()
+        return _Tensor(storage, offset, size, stride)
 
 
 def _parameter(data, *_):

@@ -12,11 +12,18 @@ Keras' `Dense.kernel` is `(in, out)`.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from keras_transformer.pretrained.safetensors_io import CheckpointError
+
+# Rows a block when a reordered table is written into its variable (`Rows`): 64 MB of a
+# 1024-wide float32 table.
+ROWS_PER_BLOCK = 16384
 
 
 def same(value):
@@ -27,39 +34,83 @@ def linear(value):  # torch Linear.weight (out, in) -> Keras Dense.kernel (in, o
     return value.T
 
 
-class CheckpointTensors:
-    """The checkpoint's tensors by name, each read once, with errors naming the file."""
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """A table's rows taken in `order` (library id -> checkpoint row). On TensorFlow the
+    variable is written a block of rows at a time, in place, so that a 256k-row table is
+    never copied whole beside the one read (each copy of NLLB's is 1 GB); other backends'
+    arrays are immutable, and take the reordered table whole."""
 
-    def __init__(self, tensors: dict[str, np.ndarray], path: Path, ignored=()):
+    order: np.ndarray
+
+    def __call__(self, value: np.ndarray) -> np.ndarray:
+        return value[self.order]
+
+    def assign(self, variable, value: np.ndarray) -> None:
+        if keras.backend.backend() != "tensorflow":
+            variable.assign(self(value))
+            return
+        import tensorflow as tf
+
+        for start in range(0, len(self.order), ROWS_PER_BLOCK):
+            block = self.order[start : start + ROWS_PER_BLOCK]
+            rows = tf.range(start, start + len(block))
+            # A scatter writes in place; a sliced assign would copy the whole table first.
+            variable.value.scatter_update(tf.IndexedSlices(value[block], rows))
+
+
+def build_for_import(model) -> None:
+    """Builds `model` (a `Transformer`: every weight made) with zeros in its vocabulary-
+    sized weights rather than random draws: the checkpoint overwrites every weight, and a
+    random draw of NLLB's 256k x 1024 table takes three times the table's memory for its
+    temporaries, which TensorFlow's oneDNN allocator then keeps for the process's life."""
+    zeros = keras.initializers.Zeros()
+    for stack in (model.encoder, model.decoder):
+        stack.embedding.embedding.embeddings_initializer = zeros
+    if model.final_layer is not None:
+        model.final_layer.kernel_initializer = zeros
+    # Built, not called: a call's tied projection would transpose the table (1 GB more).
+    model.build(((None, None), (None, None)))
+
+
+class CheckpointTensors:
+    """The checkpoint's tensors by name, each read when asked for, with errors naming the
+    file. `tensors` maps names to values (`open_weights`' lazy mapping, or a dict)."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], path: Path, ignored=()):
         # A full model's names start "model."; a bare encoder-decoder's do not.
-        self._tensors = {
-            (name if name.startswith(("model.", "lm_head", "final_logits")) else f"model.{name}"): t
-            for name, t in tensors.items()
+        self._source = tensors
+        self._names = {
+            (
+                name if name.startswith(("model.", "lm_head", "final_logits")) else f"model.{name}"
+            ): name
+            for name in tensors
         }
         self._path = path
         self._ignored = tuple(ignored)  # name parts that may be left over (tied copies)
         self._used = set()
 
     def has(self, name: str) -> bool:
-        return name in self._tensors
+        return name in self._names
 
     def get(self, name: str, shape: tuple) -> np.ndarray:
-        """Tensor `name`, which must have `shape` (as config.json makes it), in float32."""
-        if name not in self._tensors:
+        """Tensor `name`, which must have `shape` (as config.json makes it), in float32 (the
+        array read, where it was saved in float32: it may be read-only)."""
+        if name not in self._names:
             raise CheckpointError(f"{self._path} lacks {name}, which config.json's shape needs.")
-        value = self._tensors[name]
+        value = self._source[self._names[name]]
         if tuple(value.shape) != tuple(shape):
             raise CheckpointError(
                 f"{self._path}: {name} has shape {tuple(value.shape)}, but config.json "
                 f"makes it {tuple(shape)}."
             )
         self._used.add(name)
-        return value.astype(np.float32)
+        return value.astype(np.float32, copy=False)
 
     def first(self, names: list[str], shape: tuple) -> np.ndarray:
         """The first of `names` the checkpoint holds (tied weights are saved once)."""
         for name in names:
-            if name in self._tensors:
+            if name in self._names:
                 return self.get(name, shape)
         return self.get(names[0], shape)
 
@@ -67,7 +118,7 @@ class CheckpointTensors:
         """Every tensor was assigned: one left over is part of a model this is not."""
         left = sorted(
             n
-            for n in self._tensors
+            for n in self._names
             if n not in self._used and not any(part in n for part in self._ignored)
         )
         if left:
@@ -87,7 +138,11 @@ def assign(model, tensors: CheckpointTensors, weights: dict, family: str) -> Non
             raise CheckpointError(f"No {family} weight maps onto the model's {path} (a bug).")
         names, shape, turn = weights[path]
         # No names: a value the library computes (a bias the checkpoint lacks).
-        variable.assign(turn(tensors.first(names, shape) if names else None))
+        value = tensors.first(names, shape) if names else None
+        if isinstance(turn, Rows):
+            turn.assign(variable, value)
+        else:
+            variable.assign(turn(value))
 
 
 def block_weights(weights: dict, model_kwargs: dict) -> dict:

@@ -16,7 +16,7 @@ temporary copy and loaded from there; the file itself is left as it is.
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
 import re
@@ -70,10 +70,10 @@ def _is_v0(weights: h5py.File) -> bool:
     return any(_new_path(name + "/") != name + "/" for name, _ in _items(weights))
 
 
-def _migrated_weights(weights: h5py.File) -> bytes:
-    """The weights file with every group and dataset under its new path, attributes kept."""
-    buffer = io.BytesIO()
-    with h5py.File(buffer, "w") as out:
+def _migrate(weights: h5py.File, path: Path) -> None:
+    """Writes the weights file `path`: `weights` with every group and dataset under its new
+    path, attributes kept."""
+    with h5py.File(path, "w") as out:
         for key, value in weights.attrs.items():
             out.attrs[key] = value
         for name, obj in _items(weights):  # parents come before their children
@@ -84,7 +84,6 @@ def _migrated_weights(weights: h5py.File) -> bytes:
                 target = out.create_dataset(new_name, data=obj[()])
             for key, value in obj.attrs.items():
                 target.attrs[key] = value
-    return buffer.getvalue()
 
 
 def save_checkpoint(model, path: str | os.PathLike, **record) -> Path:
@@ -92,9 +91,17 @@ def save_checkpoint(model, path: str | os.PathLike, **record) -> Path:
     (JSON values, such as epoch=3, val_loss=1.2) inside; a kill leaves the old file."""
 
     def write(partial: Path) -> None:
-        model.save(partial)
-        with zipfile.ZipFile(partial, "a") as archive:
-            archive.writestr(RECORD_FILE, json.dumps(record))
+        # Keras builds a `.keras` file's weights in memory first where it judges memory
+        # sufficient (2.5 GB more for a 600M model, and its optimizer's slots again):
+        # saved as a directory, they go straight to disk, and are zipped as Keras lays
+        # out its archive (stored, not compressed), with the record beside them.
+        with _scratch_directory(partial.parent) as scratch:
+            keras.saving.save_model(model, scratch / "model", zipped=False)
+            with zipfile.ZipFile(partial, "w") as archive:
+                for file in sorted((scratch / "model").rglob("*")):
+                    if file.is_file():
+                        archive.write(file, file.relative_to(scratch / "model").as_posix())
+                archive.writestr(RECORD_FILE, json.dumps(record))
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return write_atomically(path, write)
@@ -137,19 +144,32 @@ def load_model(path: str | os.PathLike, compile: bool = False):
             f"Checkpoint {path} is damaged or cut short (not a whole .keras archive); "
             "train again on the run directory to rewrite it, or pick another checkpoint."
         )
-    with zipfile.ZipFile(path) as archive:
-        weights_bytes = archive.read(_WEIGHTS_FILE)
-        with h5py.File(io.BytesIO(weights_bytes), "r") as weights:
-            if not _is_v0(weights):
-                return keras.models.load_model(path, compile=compile)
-            migrated = _migrated_weights(weights)
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / path.name
-            with zipfile.ZipFile(copy, "w") as out:
-                for item in archive.infolist():
-                    data = migrated if item.filename == _WEIGHTS_FILE else archive.read(item)
-                    out.writestr(item, data)
-            return keras.models.load_model(copy, compile=compile)
+    # Unzipped and loaded as a directory: Keras reads a `.keras` file's weights into
+    # memory whole where it judges memory sufficient (2.5 GB beside the model's own for
+    # a 600M model); from a directory it reads them from the file, a weight at a time.
+    with _scratch_directory(path.parent) as scratch:
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(scratch, [n for n in archive.namelist() if n != RECORD_FILE])
+        weights_path = scratch / _WEIGHTS_FILE
+        with h5py.File(weights_path, "r") as weights:
+            old_layout = _is_v0(weights)
+            if old_layout:
+                _migrate(weights, scratch / "migrated.h5")
+        if old_layout:
+            (scratch / "migrated.h5").replace(weights_path)
+        return keras.models.load_model(scratch, compile=compile)
+
+
+@contextlib.contextmanager
+def _scratch_directory(near: Path):
+    """A temporary directory beside `near` (the same disk as the checkpoint, as Keras
+    places its own), or in the system's temporary directory where `near` is read-only."""
+    try:
+        scratch = tempfile.TemporaryDirectory(dir=near, prefix=".keras-scratch-")
+    except OSError:
+        scratch = tempfile.TemporaryDirectory(prefix=".keras-scratch-")
+    with scratch as name:
+        yield Path(name)
 
 
 def average(paths) -> keras.Model:
