@@ -82,8 +82,8 @@ IMPORT_SECONDS, IMPORT_GB = 120, 6  # issue 78's targets for the 600M checkpoint
 EXPORT_SECONDS, EXPORT_GB = 300, 8
 TARGET_RATIO = 0.8  # at batch 64, greedy and beam 4
 
-# A `keras-transformer` command in a child process, as the launcher runs it, with
-# TensorFlow and the package loaded first (their seconds and RSS apart from the
+# A `keras-transformer` command in a child process, as the launcher runs it (its kernels
+# chosen as the launcher chooses them), with TensorFlow and the package loaded first (their seconds and RSS apart from the
 # command's), and the functions named in argv[1] timed (those the library still has):
 # {phase: [seconds, peak RSS in GB when it ended]} on the last line of stdout.
 COMMAND_CHILD = """
@@ -92,6 +92,7 @@ def peak_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 start = time.perf_counter()
 import keras_transformer_launcher
+keras_transformer_launcher._choose_kernels(sys.argv[2:])  # as the launcher, before TensorFlow
 import keras_transformer.cli
 phases = {"startup": [time.perf_counter() - start, peak_gb()]}
 def timed(module, path):
