@@ -9,7 +9,6 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import atomic
 from keras_transformer.training import callbacks as callbacks_lib
 from keras_transformer.training import checkpoints, run_dir
 from keras_transformer.training.callbacks import (
@@ -253,7 +252,7 @@ def test_an_epoch_is_saved_once_and_copied_to_its_other_checkpoints(tmp_path, mo
         for writer in writers:
             writer.on_epoch_end(epoch, {"loss": 1.0, "val_loss": val_loss})
         last_bytes[epoch + 1], best_bytes[epoch + 1] = last.read_bytes(), best.read_bytes()
-    assert saved == [atomic.partial_path(last).name] * 3
+    assert len(saved) == 3  # one save an epoch (through a scratch directory)
     assert best_bytes == {1: last_bytes[1], 2: last_bytes[1], 3: last_bytes[3]}
     assert last_bytes[3] != last_bytes[1]
     assert checkpoints.read_record(best) == {"epoch": 3, "val_loss": 1.0}

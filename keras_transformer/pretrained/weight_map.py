@@ -60,16 +60,9 @@ class Rows:
 
 
 def build_for_import(model) -> None:
-    """Builds `model` (a `Transformer`: every weight made) with zeros in its vocabulary-
-    sized weights rather than random draws: the checkpoint overwrites every weight, and a
-    random draw of NLLB's 256k x 1024 table takes three times the table's memory for its
-    temporaries, which TensorFlow's oneDNN allocator then keeps for the process's life."""
-    zeros = keras.initializers.Zeros()
-    for stack in (model.encoder, model.decoder):
-        stack.embedding.embedding.embeddings_initializer = zeros
-    if model.final_layer is not None:
-        model.final_layer.kernel_initializer = zeros
-    # Built, not called: a call's tied projection would transpose the table (1 GB more).
+    """Builds `model` (a `Transformer`: every weight made, at random, for the checkpoint
+    to overwrite) without calling it: a call's tied projection would transpose NLLB's
+    256k x 1024 table (1 GB more, which TensorFlow's allocator on oneDNN kernels keeps)."""
     model.build(((None, None), (None, None)))
 
 

@@ -96,7 +96,7 @@ def save_checkpoint(model, path: str | os.PathLike, **record) -> Path:
         # saved as a directory, they go straight to disk, and are zipped as Keras lays
         # out its archive (stored, not compressed), with the record beside them.
         with _scratch_directory(partial.parent) as scratch:
-            keras.saving.save_model(model, scratch / "model", zipped=False)
+            model.save(scratch / "model", zipped=False)
             with zipfile.ZipFile(partial, "w") as archive:
                 for file in sorted((scratch / "model").rglob("*")):
                     if file.is_file():
