@@ -38,8 +38,8 @@ from keras_transformer_commands import (
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
 # Commands that only move weights also run on Eigen's kernels: on oneDNN's, TensorFlow's
 # allocator keeps every block it frees for the process's life, so each copy a tensor
-# passes through stays (the import of an NLLB-200-600M checkpoint peaked at 6.4 GiB on
-# oneDNN's and 5.5 on Eigen's: benchmarks/multilingual.py).
+# passes through stays (building an NLLB-200-600M-shape model alone left 4.1 GB for 2.46 GB
+# of weights; the whole import peaks at 5.5 GB on Eigen's: benchmarks/RESULTS.md).
 IMPORT_COMMANDS = ("import", "import-marian")
 KERNELS_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 LARGE_EXPORT_BYTES = 100 * 10**6
