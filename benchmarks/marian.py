@@ -81,6 +81,19 @@ print(json.dumps(dict(
 """
 
 
+def ratio_line(label: str, batch_size: int, rate: float, peer_rate: float, target: float) -> str:
+    """A row of the decoding table: ours, the peer's, the ratio, and at batch 64 whether it
+    meets `target`."""
+    mark = ""
+    if batch_size == 64:
+        met = "met" if rate / peer_rate >= target else "MISSED"
+        mark = f" (target {target}x: {met})"
+    return (
+        f"{label:<8} {batch_size:>5} {rate:>18.2f} {peer_rate:>19.2f} "
+        f"{rate / peer_rate:>16.2f}x{mark}"
+    )
+
+
 def run_child(command: list[str], label: str) -> tuple[float, float, str]:
     """Runs `command` from the repository root with this repository's package first on
     the path: (wall seconds, its peak RSS in GB, its stdout). Exits if it fails."""
@@ -255,15 +268,7 @@ def compare(args, record: dict, export_path: Path | None) -> None:
             rate = sentences_per_second(
                 ours.signatures[search], sentences[:count], batch_size, args.repeats
             )
-            mark = ""
-            if batch_size == 64:
-                met = "met" if rate / peer_rate >= TARGET_RATIO else "MISSED"
-                mark = f" (target {TARGET_RATIO}x: {met})"
-            print(
-                f"{label:<8} {batch_size:>5} {rate:>18.2f} {peer_rate:>19.2f} "
-                f"{rate / peer_rate:>16.2f}x{mark}",
-                flush=True,
-            )
+            print(ratio_line(label, batch_size, rate, peer_rate, TARGET_RATIO), flush=True)
 
 
 def main() -> None:

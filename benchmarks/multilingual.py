@@ -72,7 +72,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 from decode import _tensorflow_settings, ctranslate2_rate, sentences_per_second
-from marian import run_child, spread
+from marian import ratio_line, run_child, spread
 
 from keras_transformer.constants import END_ID
 
@@ -83,9 +83,10 @@ EXPORT_SECONDS, EXPORT_GB = 300, 8
 TARGET_RATIO = 0.8  # at batch 64, greedy and beam 4
 
 # A `keras-transformer` command in a child process, as the launcher runs it (its kernels
-# chosen as the launcher chooses them), with TensorFlow and the package loaded first (their seconds and RSS apart from the
-# command's), and the functions named in argv[1] timed (those the library still has):
-# {phase: [seconds, peak RSS in GB when it ended]} on the last line of stdout.
+# chosen as the launcher chooses them), with TensorFlow and the package loaded first
+# (their seconds and RSS apart from the command's), and the functions named in argv[1]
+# timed (those the library still has): {phase: [seconds, peak RSS in GB when it ended]}
+# on the last line of stdout.
 COMMAND_CHILD = """
 import importlib, json, resource, sys, time
 def peak_gb():
@@ -341,15 +342,8 @@ def compare(args, record: dict, export_path: Path | None) -> None:
             search = "serving_default" if beam == 1 else "beam_search"
             signature = with_languages(ours.signatures[search], source, target)
             rate = sentences_per_second(signature, sentences[:count], batch_size, args.repeats)
-            mark = ""
-            if batch_size == 64:
-                met = "met" if rate / peer_rate >= TARGET_RATIO else "MISSED"
-                mark = f" (target {TARGET_RATIO}x: {met})"
-            print(
-                f"{label:<8} {batch_size:>5} {rate:>18.2f} {peer_rate:>19.2f} "
-                f"{rate / peer_rate:>16.2f}x{mark}; {load_average()}",
-                flush=True,
-            )
+            row = ratio_line(label, batch_size, rate, peer_rate, TARGET_RATIO)
+            print(f"{row}; {load_average()}", flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"this process (both runtimes and models loaded): peak RSS {peak:.2f} GB")
 
