@@ -5,7 +5,9 @@ the most likely one (`GreedySearch`) or one drawn from the filtered distribution
 (`SamplingSearch`). The loop comes in two forms, one stepping every row and one only
 the rows still decoding (greedy search over many rows), which share the buffers, the
 row limits and the invariants (`search.py`). `greedy_search` and `sample` are the
-searches as functions.
+searches as functions. The module stays whole (about 430 lines) because the two
+searches are that one loop: split by search, each half would hold a copy of it or
+reach into the other's.
 """
 
 from __future__ import annotations

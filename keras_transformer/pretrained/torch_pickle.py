@@ -11,8 +11,9 @@ bfloat16 storages become float32 as they are read, every other dtype stays as sa
 
 `TorchFile` reads the pickle and checks every storage's size and every tensor's bounds
 when it opens, and a tensor's storage only when that tensor is asked for: an import holds
-one tensor at a time beside the model, not the whole checkpoint. `read_torch_file` reads
-them all, each storage once however many tensors share it (tied weights, slices).
+one tensor at a time beside the model, not the whole checkpoint; given a dict of the
+storages read (`read`'s `storages`), tensors that share a storage (tied weights, slices)
+share its memory.
 """
 
 from __future__ import annotations
@@ -67,14 +68,6 @@ class _Tensor:
     offset: int
     shape: tuple
     stride: tuple
-
-
-def read_torch_file(path: Path) -> dict[str, np.ndarray]:
-    """The tensors of a `torch.save`d state dict, by name; CheckpointError if it is not one.
-    Tensors that share a storage in torch share its memory here."""
-    with TorchFile(path) as file:
-        storages = {}
-        return {name: file.read(name, storages) for name in file.shapes}
 
 
 class TorchFile:

@@ -13,13 +13,12 @@ Keras' `Dense.kernel` is `(in, out)`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_transformer.pretrained.safetensors_io import CheckpointError
+from keras_transformer.pretrained.safetensors_io import CheckpointError, CheckpointWeights
 
 # Rows a block when a reordered table is written into its variable (`Rows`): 64 MB of a
 # 1024-wide float32 table.
@@ -67,10 +66,10 @@ def build_for_import(model) -> None:
 
 
 class CheckpointTensors:
-    """The checkpoint's tensors by name, each read when asked for, with errors naming the
-    file. `tensors` maps names to values (`open_weights`' lazy mapping, or a dict)."""
+    """The checkpoint's tensors by name (`open_weights`), each read when asked for, with
+    errors naming the file."""
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], path: Path, ignored=()):
+    def __init__(self, tensors: CheckpointWeights, path: Path, ignored=()):
         # A full model's names start "model."; a bare encoder-decoder's do not.
         self._source = tensors
         self._names = {
@@ -91,14 +90,13 @@ class CheckpointTensors:
         array read, where it was saved in float32: it may be read-only)."""
         if name not in self._names:
             raise CheckpointError(f"{self._path} lacks {name}, which config.json's shape needs.")
-        value = self._source[self._names[name]]
-        if tuple(value.shape) != tuple(shape):
+        saved = self._source.shape(self._names[name])  # from the header: nothing read yet
+        if saved != tuple(shape):
             raise CheckpointError(
-                f"{self._path}: {name} has shape {tuple(value.shape)}, but config.json "
-                f"makes it {tuple(shape)}."
+                f"{self._path}: {name} has shape {saved}, but config.json makes it {tuple(shape)}."
             )
         self._used.add(name)
-        return value.astype(np.float32, copy=False)
+        return self._source[self._names[name]].astype(np.float32, copy=False)
 
     def first(self, names: list[str], shape: tuple) -> np.ndarray:
         """The first of `names` the checkpoint holds (tied weights are saved once)."""
