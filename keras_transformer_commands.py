@@ -11,6 +11,8 @@ command's help from it. Both read it; neither reads the other's table.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 PROG = "keras-transformer"
 DESCRIPTION = "Train, export, translate with and evaluate Transformer translators."
@@ -31,6 +33,19 @@ COMMANDS = {
     "import": "import a MarianMT, NLLB-200, M2M-100 or mBART-50 checkpoint as a run directory",
     "import-marian": "import a checkpoint as a run directory (the first name of `import`)",
 }
+# What an export records of itself for readers that load no TensorFlow (the launcher), in
+# its version directory: under assets.extra/, which a model server ignores but for the
+# warmup requests it may hold.
+EXPORT_INFO_FILE = "assets.extra/keras_transformer.json"
+
+
+def export_compute_dtype(version_dir) -> str:
+    """What the export in `version_dir` computes in ("float32", "bfloat16"): as its
+    EXPORT_INFO_FILE records, "float32" for exports made before it was written."""
+    path = Path(version_dir) / EXPORT_INFO_FILE
+    if not path.is_file():
+        return "float32"
+    return json.loads(path.read_text(encoding="utf-8"))["compute_dtype"]
 
 
 def flags_before_separator(argv: list[str]) -> list[str]:

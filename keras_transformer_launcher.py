@@ -23,6 +23,7 @@ from keras_transformer_commands import (
     COMMANDS,
     command,
     command_list_parser,
+    export_compute_dtype,
     flags_before_separator,
     verbose_requested,
 )
@@ -33,7 +34,8 @@ from keras_transformer_commands import (
 # and `demo` keep the default. A model of base size (d_model 512: the base preset,
 # OPUS-MT) decodes at least as fast on oneDNN's, whose matrix products by a wide
 # vocabulary are faster: an export whose variables take `LARGE_EXPORT_BYTES` or more keeps
-# the default too (figures: benchmarks/RESULTS.md, "Figures behind design choices").
+# the default too (figures: benchmarks/RESULTS.md, "Figures behind design choices"), and
+# so does a bfloat16 export of any size: Eigen's kernels emulate bfloat16 products.
 # `plot attention` decodes one sentence, too little to matter. A value the user set is kept.
 DECODE_ONLY_COMMANDS = ("translate", "evaluate")
 # Commands that only move weights also run on Eigen's kernels: on oneDNN's, TensorFlow's
@@ -81,10 +83,8 @@ def _quiet_tensorflow() -> None:
         import tensorflow  # noqa: F401
 
 
-def _export_bytes(argv: list[str]) -> int:
-    """The size of the variables of the SavedModel that `--model` names (of its largest
-    version, for an export root's model directory); 0 when there is none (the command
-    itself then says what is wrong)."""
+def _model_flag(argv: list[str]) -> str | None:
+    """The value of `--model`, or None."""
     flags = flags_before_separator(argv)
     model = None
     for flag, following in zip(flags, [*flags[1:], None]):  # the last one counts, as in argparse
@@ -92,6 +92,14 @@ def _export_bytes(argv: list[str]) -> int:
             model = following
         elif flag.startswith("--model="):
             model = flag.partition("=")[2]
+    return model
+
+
+def _export_bytes(argv: list[str]) -> int:
+    """The size of the variables of the SavedModel that `--model` names (of its largest
+    version, for an export root's model directory); 0 when there is none (the command
+    itself then says what is wrong)."""
+    model = _model_flag(argv)
     if model is None:
         return 0
     path = Path(model)
@@ -104,11 +112,24 @@ def _export_bytes(argv: list[str]) -> int:
     )
 
 
+def _bfloat16_export(argv: list[str]) -> bool:
+    """Whether a version of the SavedModel that `--model` names computes in bfloat16."""
+    model = _model_flag(argv)
+    if model is None:
+        return False
+    path = Path(model)
+    return any(export_compute_dtype(version) == "bfloat16" for version in (path, *path.glob("*")))
+
+
 def _choose_kernels(argv: list[str], environ=os.environ) -> None:
-    """Eigen kernels for an import, and for a command that only decodes a model smaller
-    than base size, unless the user chose."""
+    """Eigen kernels for an import, and for a command that only decodes a float32 model
+    smaller than base size, unless the user chose."""
     name = command(argv)
-    small = name in DECODE_ONLY_COMMANDS and _export_bytes(argv) < LARGE_EXPORT_BYTES
+    small = (
+        name in DECODE_ONLY_COMMANDS
+        and _export_bytes(argv) < LARGE_EXPORT_BYTES
+        and not _bfloat16_export(argv)
+    )
     if small or name in IMPORT_COMMANDS:
         environ.setdefault(KERNELS_VARIABLE, "0")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.training import checkpoints, run_dir
 from tests.helpers import BFLOAT16_ATOL, assert_close, tiny_transformer
@@ -96,6 +97,24 @@ def test_a_mixed_precision_run_loads_computing_in_float32_with_the_same_weights(
 def test_a_policy_that_would_round_the_weights_is_refused():
     with pytest.raises(ValueError, match="would round them"):
         checkpoints.with_dtype(tiny_transformer(), "bfloat16")
+
+
+@pytest.mark.half_precision
+def test_rounding_to_bfloat16_is_asked_for_and_rounds_each_weight_to_nearest():
+    """`round_weights=True` (a bfloat16 export) gives a copy whose every weight is the
+    model's rounded to the nearest bfloat16, computing in bfloat16 near float32's logits."""
+    model = tiny_transformer(vocab_size=20)
+    rounded = checkpoints.with_dtype(model, "bfloat16", round_weights=True)
+    assert rounded.compute_dtype == "bfloat16" and model.compute_dtype == "float32"
+    nearest = tf.bfloat16.as_numpy_dtype  # numpy's cast to it rounds to nearest, ties to even
+    for kept, weight in zip(model.weights, rounded.weights, strict=True):
+        assert weight.path == kept.path and weight.dtype == "bfloat16"
+        np.testing.assert_array_equal(
+            np.asarray(weight.numpy()).astype(np.float32),
+            kept.numpy().astype(nearest).astype(np.float32),
+        )
+    ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
+    assert_close(rounded((ids, ids)), model((ids, ids)), atol=BFLOAT16_ATOL)
 
 
 def test_save_checkpoint_writes_the_archive_keras_writes_and_loads_it_back(tmp_path):

@@ -328,6 +328,35 @@ def test_cli_export_of_fewer_signatures_and_what_it_refuses(tiny_run_dir, tmp_pa
     assert sorted(p.name for p in (root / "greedy").iterdir()) == ["1"]
 
 
+@pytest.mark.half_precision
+def test_cli_export_in_bfloat16_and_the_warning_where_it_would_be_slow(
+    tiny_run_dir, tmp_path, capsys, monkeypatch
+):
+    """`export --compute-dtype bfloat16` writes a bfloat16 export that `translate` answers
+    with, saying in one line on stderr where this machine would emulate it; a dtype it
+    does not offer is a usage error."""
+    root = tmp_path / "saved_models"
+    argv = ["export", str(tiny_run_dir), "--name", "half", "--export-root", str(root)]
+    flags = ["--signatures", "serving_default", "--max-length", "16"]
+    assert cli.main(argv + flags + ["--compute-dtype", "bfloat16"]) == 0
+    assert commands.export_compute_dtype(root / "half" / "1") == "bfloat16"
+    capsys.readouterr()
+    reason = "this CPU has no bfloat16 instructions"
+    monkeypatch.setattr(loaded_export, "slow_bfloat16_reason", lambda: reason)
+    # pytest records warnings itself; the command line shows each as one line.
+    with pytest.warns(loaded_export.SlowExportWarning) as caught:
+        assert cli.main(["translate", "--model", str(root / "half"), "three one four"]) == 0
+    assert capsys.readouterr().out == "3 1 4\n"
+    (warning,) = caught
+    assert cli._warning_line(warning.message, warning.category, "file.py", 1) == (
+        f"keras-transformer: warning: {root / 'half' / '1'} computes in bfloat16, but {reason}.\n"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv + ["--compute-dtype", "float16"])
+    assert exit_info.value.code == 2 and "invalid choice: 'float16'" in capsys.readouterr().err
+    assert sorted(p.name for p in (root / "half").iterdir()) == ["1"]
+
+
 def test_cli_translate_n_best_and_prefix(cli_export, tmp_path, capsys):
     """`--n-best K`: K lines a sentence, ROW<TAB>SCORE<TAB>TRANSLATION, the first the
     beam's; `--prefix FILE`: each translation starts with its line's prefix; K above the
@@ -564,6 +593,22 @@ def test_exports_of_base_size_keep_the_default_kernels(tmp_path):
         environ = {}
         launcher._choose_kernels(argv, environ)
         assert environ.get(launcher.KERNELS_VARIABLE) == chosen, argv
+
+
+def test_bfloat16_exports_of_any_size_keep_the_default_kernels(tmp_path):
+    """A small export that computes in bfloat16 (its EXPORT_INFO_FILE says so) keeps
+    TensorFlow's default kernels: Eigen's emulate bfloat16 products."""
+    small = tmp_path / "numbers"
+    for version, dtype in (("1", "float32"), ("2", "bfloat16")):
+        info = small / version / commands.EXPORT_INFO_FILE
+        info.parent.mkdir(parents=True)
+        info.write_text(json.dumps({"compute_dtype": dtype}))
+    for model, chosen in ((small, None), (small / "2", None), (small / "1", "0")):
+        environ = {}
+        launcher._choose_kernels(["translate", "--model", str(model), "x"], environ)
+        assert environ.get(launcher.KERNELS_VARIABLE) == chosen, model
+    assert commands.export_compute_dtype(small / "1") == "float32"
+    assert commands.export_compute_dtype(tmp_path) == "float32"  # made before the file
 
 
 def test_the_launcher_chooses_the_kernels_before_tensorflow_loads(monkeypatch):

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,13 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
+import keras_transformer_commands as commands
 from keras_transformer.inference import export, loaded_export
 from keras_transformer.inference.batch_decoding import JIT_SOURCE_LENGTH_STEP
 from keras_transformer.inference.translator import Translator
 from keras_transformer.text import corpora
 from keras_transformer.text.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
+from keras_transformer.training import checkpoints
 from tests.helpers import tiny_transformer
 
 # Runs in a fresh interpreter where `import keras_transformer` fails.
@@ -75,6 +78,10 @@ def answers(loaded):
         loaded.signatures["nbest"](text=text_of(texts[:1]), num_hypotheses=tf.constant(9))
     except tf.errors.InvalidArgumentError as error:
         result["nbest"]["too_many"] = "num_hypotheses must be" in error.message
+    # Each row scored against its own greedy translation.
+    greedy = [t.encode("utf-8") for t in result["serving_default"]["translation"]]
+    out = loaded.signatures["score"](source=text_of(texts), target=text_of(greedy))
+    result["score"] = {key: value.numpy().tolist() for key, value in out.items()}
     return result
 
 
@@ -352,6 +359,89 @@ def test_fresh_process_without_the_library_gives_the_same_translations(kind, ser
         prefixed = served["greedy_with_prefix"]["translation"]
         assert prefixed[0].startswith("3") and prefixed[5].startswith("9 5 7")
         assert prefixed[3] == " ".join(["8"] * (translator.max_length - 1))
+
+
+@pytest.fixture(scope="module")
+def served_bfloat16(tiny_export, tmp_path_factory):
+    """(the float32 translator, its bfloat16 twin in memory, the path of the bfloat16
+    export of the session's export's translator, that export's `FRESH_PROCESS` answers)."""
+    reference = tiny_export.translator
+    root = tmp_path_factory.mktemp("bfloat16_models")
+    path = export.export_translator(reference, root, "tiny", compute_dtype="bfloat16")
+    twin = reference.frozen(checkpoints.with_dtype(reference.model, "bfloat16", True))
+    return reference, twin, path, serve_in_fresh_process(path, TEXTS, PREFIXES)
+
+
+# How far a bfloat16 export's scores may be from float32's, per scored token: its 8-bit
+# mantissa rounds each weight and activation by up to 2**-9 relatively, and the tiny
+# model's log-probabilities come out within a few hundredths.
+BFLOAT16_SCORE_ATOL_PER_TOKEN = 0.05
+
+
+@pytest.mark.half_precision
+def test_a_bfloat16_export_serves_as_its_twin_in_memory_and_near_float32(served_bfloat16):
+    """A bfloat16 export holds bfloat16 weights (half the bytes), records its compute
+    dtype, answers every signature in a process with only tensorflow and tensorflow_text
+    as its in-memory twin does, and translates the trained tiny model as float32 does:
+    the same tokens where its choices are far from ties, scores within a stated
+    tolerance."""
+    reference, twin, path, served = served_bfloat16
+    saved = tf.train.load_checkpoint(str(path / "variables" / "variables"))
+    assert {d for d in saved.get_variable_to_dtype_map().values() if d.is_floating} == {tf.bfloat16}
+    assert commands.export_compute_dtype(path) == "bfloat16"
+    raw = [t.encode("latin-1") for t in TEXTS]
+    prefixes = [t.encode("latin-1") for t in PREFIXES]
+    searches = {
+        "serving_default": {},
+        "beam_search": dict(method="beam", beam_width=3),
+        "greedy_with_prefix": dict(prefix=prefixes),
+        "beam_search_with_prefix": dict(method="beam", beam_width=3, prefix=prefixes),
+    }
+    for name, search in searches.items():
+        mine, theirs = twin(raw, **search), reference(raw, **search)
+        assert served[name]["translation"] == strings(mine["translation"]), name
+        np.testing.assert_allclose(served[name]["score"], mine["score"].numpy(), atol=1e-4)
+        # Against float32: the trained model's rows (the first six are hostile inputs).
+        far = [i for i in range(len(TEXTS)) if TEXTS[i] in ("three one four", "two six")]
+        assert [served[name]["translation"][i] for i in far] == [
+            strings(theirs["translation"])[i] for i in far
+        ], name
+        lengths = theirs["lengths"].numpy()  # tokens scored, [END] and any prefix included
+        np.testing.assert_array_less(
+            np.abs(np.array(served[name]["score"])[far] - theirs["score"].numpy()[far]),
+            BFLOAT16_SCORE_ATOL_PER_TOKEN * lengths[far],
+        )
+    nbest = twin(raw, method="beam", beam_width=3, num_hypotheses=2)
+    assert served["nbest"]["translations"] == [strings(row) for row in nbest["translations"]]
+    scored = served["score"]
+    assert scored["length"] == [
+        len(t.split()) + 1 for t in served["serving_default"]["translation"]
+    ]
+    # Teacher-forced through the whole decoder, rounded in another order than the steps.
+    np.testing.assert_array_less(
+        np.abs(np.array(scored["score"]) - served["serving_default"]["score"]),
+        BFLOAT16_SCORE_ATOL_PER_TOKEN * np.array(scored["length"]),
+    )
+
+
+def test_loading_a_bfloat16_export_warns_where_its_products_would_be_emulated(
+    served_bfloat16, tiny_export, monkeypatch
+):
+    """`load_translator` warns, naming the export and why, where the CPU lacks bfloat16
+    instructions or oneDNN's kernels are off; not where both are there, nor for float32."""
+    path = served_bfloat16[2]
+    monkeypatch.setattr(loaded_export, "slow_bfloat16_reason", lambda: "no bfloat16 here")
+    with pytest.warns(loaded_export.SlowExportWarning, match="computes in bfloat16, but no bf"):
+        loaded_export.load_translator(path.parent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded_export.load_translator(tiny_export.path)
+        monkeypatch.setattr(loaded_export, "slow_bfloat16_reason", lambda: None)
+        loaded_export.load_translator(path)
+
+
+def strings(tensor) -> list[str]:
+    return [t.decode("utf-8") for t in tensor.numpy().reshape(-1)]
 
 
 def test_saved_model_cli_lists_the_signatures(exported):

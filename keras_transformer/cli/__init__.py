@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 
 from keras_transformer.cli import train
 from keras_transformer.cli.common import COMMANDS, PROG, USER_ERRORS, UserError
@@ -87,6 +88,11 @@ def _one_line(error: BaseException) -> str:
     return " ".join(message.split())
 
 
+def _warning_line(message, category, *_) -> str:
+    """A warning as the command line shows it: one line, without the code that raised it."""
+    return f"{PROG}: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = verbose_requested(argv)
@@ -95,12 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     if translate is None and name in TENSORFLOW_COMMANDS:
         parser.exit(2, f"{parser.prog}: error: {_needs_tensorflow(name)}\n")
     args = parser.parse_args(argv)
+    shown_as, warnings.formatwarning = warnings.formatwarning, _warning_line
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as error:
         if verbose:
             traceback.print_exc()
         parser.exit(2, f"{parser.prog}: error: {_one_line(error)}\n")
+    finally:
+        warnings.formatwarning = shown_as
 
 
 if __name__ == "__main__":

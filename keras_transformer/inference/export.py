@@ -43,6 +43,7 @@ export from Python is `loaded_export.py`'s.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -63,9 +64,16 @@ from keras_transformer.inference.translator import (
     Translator,
     translator_class,
 )
+from keras_transformer.training.checkpoints import with_dtype
 from keras_transformer.training.run_dir import load_run
+from keras_transformer_commands import EXPORT_INFO_FILE
 
 DEFAULT_EXPORT_ROOT = "saved_models"
+# What an export's weights and matrix products may compute in. bfloat16 halves the
+# weights and runs matrix products at about twice float32's speed on CPUs that compute it
+# (AVX512_BF16, AMX) with oneDNN's kernels; softmax, log-probabilities, layer norms'
+# statistics and scores stay float32 (docs/serving.md, "bfloat16 exports").
+EXPORT_DTYPES = ("float32", "bfloat16")
 SIGNATURE_OUTPUTS = ("translation", "score", "source_truncated")
 NBEST_OUTPUTS = ("translations", "scores", "source_truncated")
 PREFIX_OUTPUTS = (*SIGNATURE_OUTPUTS, "prefix_truncated")
@@ -228,6 +236,7 @@ def export_translator(
     source_tokenizer=None,
     target_tokenizer=None,
     signatures=None,
+    compute_dtype: str | None = None,
     **translator_kwargs,
 ) -> Path:
     """Writes a SavedModel to `export_root/name/version/` and returns that path.
@@ -250,6 +259,9 @@ def export_translator(
             e.g. `["serving_default"]`); the loaded export offers only the methods
             they call, and `serving_limits`. Each signature left out makes the
             export faster to write and smaller to load. Defaults to None (all six).
+        compute_dtype: one of `EXPORT_DTYPES`: "bfloat16" saves the model's weights
+            rounded to bfloat16, computing its matrix products in it. Defaults to None
+            (the model's own: float32 for a run's `load_run`).
         **translator_kwargs: `Translator` arguments (max_length,
             max_source_length, sub_batch_size, beam_width, ...) when a model
             is given.
@@ -269,7 +281,11 @@ def export_translator(
     exported = chosen_signatures(signatures)
     if isinstance(given, MultilingualTranslator):
         exported = with_languages(exported)
-    translator = given.frozen()
+    model = given.model
+    if compute_dtype is not None:
+        check_compute_dtype(compute_dtype)
+        model = with_dtype(model, compute_dtype, round_weights=True)
+    translator = given.frozen(model)
     _hide_other_methods(translator, exported)
     check_export_name(name)
     model_dir = Path(export_root) / name
@@ -287,6 +303,9 @@ def export_translator(
     try:
         functions = _signature_functions(translator, exported)
         tf.saved_model.save(translator, str(staging), signatures=functions)
+        info = staging / EXPORT_INFO_FILE
+        info.parent.mkdir(parents=True, exist_ok=True)
+        info.write_text(json.dumps({"compute_dtype": model.compute_dtype}) + "\n")
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -303,8 +322,8 @@ def export_run(
 ) -> Path:
     """Exports the best checkpoint of a training run directory (see `run_dir.py`), or with
     `average_last=N` the average of its last N epoch checkpoints, computing in float32
-    whatever policy the run trained under (`run_dir.load_model`; to export under another,
-    pass `export_translator` a model from `run_dir.load_run(run_dir, dtype=...)`).
+    whatever policy the run trained under (`run_dir.load_model`), or in bfloat16 with
+    `compute_dtype="bfloat16"`.
 
     Sources are cut where the run's training cut them (`source_limit_of_run`)
     unless `max_source_length` is given. A run imported from a published
@@ -324,14 +343,18 @@ def export_run(
             checkpoints (kept with `keep_epoch_checkpoints`) instead of its
             best checkpoint. Defaults to None (the best).
         **translator_kwargs: `Translator` arguments (max_source_length,
-            sub_batch_size, beam_width, ...) and `export_translator`'s `signatures`.
+            sub_batch_size, beam_width, ...) and `export_translator`'s `signatures`
+            and `compute_dtype`.
             Of the seven the generation settings give, one given as None takes
             theirs (but `max_length_a=None` turns the cap off).
 
     Returns:
         the version directory written.
     """
-    chosen_signatures(translator_kwargs.get("signatures"))  # a mistake, before the run loads
+    # Mistakes, before the run loads.
+    chosen_signatures(translator_kwargs.get("signatures"))
+    if translator_kwargs.get("compute_dtype") is not None:
+        check_compute_dtype(translator_kwargs["compute_dtype"])
     model, source_tokenizer, target_tokenizer, config = load_run(run_dir, average_last=average_last)
     if translator_kwargs.get("max_source_length") is None:
         translator_kwargs["max_source_length"] = source_limit_of_run(config)
@@ -360,6 +383,14 @@ def export_run(
         target_tokenizer=target_tokenizer,
         **translator_kwargs,
     )
+
+
+def check_compute_dtype(compute_dtype: str) -> None:
+    if compute_dtype not in EXPORT_DTYPES:
+        raise ValueError(
+            f"`compute_dtype` must be one of {', '.join(EXPORT_DTYPES)}. "
+            f"Received: compute_dtype={compute_dtype!r}"
+        )
 
 
 def source_limit_of_run(config: dict) -> int | None:

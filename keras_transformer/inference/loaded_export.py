@@ -6,11 +6,13 @@ batch at a time, with plain Python results. What `keras-transformer translate`,
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded SavedModel runs)
 
+from keras_transformer.inference.bfloat16 import slow_bfloat16_reason
 from keras_transformer.inference.export import (
     NBEST_OUTPUTS,
     PREFIX_OUTPUTS,
@@ -19,11 +21,26 @@ from keras_transformer.inference.export import (
     latest_version_dir,
 )
 from keras_transformer.inference.scoring import SCORE_OUTPUTS
+from keras_transformer_commands import export_compute_dtype
+
+
+class SlowExportWarning(RuntimeWarning):
+    """A loaded export will run slower here than it would elsewhere (`load_translator`)."""
 
 
 def load_translator(path: str | os.PathLike):
-    """The exported SavedModel at `path` (a version directory or a model directory)."""
-    return tf.saved_model.load(str(latest_version_dir(path)))
+    """The exported SavedModel at `path` (a version directory or a model directory).
+
+    A bfloat16 export warns (`SlowExportWarning`) where this machine would emulate its
+    matrix products (`bfloat16.slow_bfloat16_reason`).
+    """
+    version_dir = latest_version_dir(path)
+    if export_compute_dtype(version_dir) == "bfloat16":
+        reason = slow_bfloat16_reason()
+        if reason is not None:
+            message = f"{version_dir} computes in bfloat16, but {reason}."
+            warnings.warn(message, SlowExportWarning, stacklevel=2)
+    return tf.saved_model.load(str(version_dir))
 
 
 def signature_of(saved_model, name: str):

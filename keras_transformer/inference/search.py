@@ -32,6 +32,7 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.constants import PAD_ID, START_ID
@@ -45,8 +46,12 @@ NEVER_EMITTED = (PAD_ID, START_ID)
 def without_never_emitted(logits):
     """`logits` `(rows, vocab)` with the `NEVER_EMITTED` ids at -inf, for choosing a
     token; its score stays the model's log-probability (not renormalized without them)."""
-    vocab = tf.range(tf.shape(logits)[-1])
-    banned = tf.reduce_any(tf.equal(vocab[:, None], NEVER_EMITTED), axis=-1)
+    vocab_size = logits.shape[-1]
+    if vocab_size is None:  # known only when run
+        vocab = tf.range(tf.shape(logits)[-1])
+        banned = tf.reduce_any(tf.equal(vocab[:, None], NEVER_EMITTED), axis=-1)
+    else:  # a constant of the graph, built once when traced rather than at every step
+        banned = tf.constant(np.isin(np.arange(vocab_size), NEVER_EMITTED))
     return tf.where(banned, tf.constant(-math.inf, logits.dtype), logits)
 
 

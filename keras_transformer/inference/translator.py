@@ -129,12 +129,13 @@ class Translator(tf.Module):
         """Longest source in tokens (the options' `max_source_length`, resolved)."""
         return self.decoder.max_source_length
 
-    def frozen(self) -> Translator:
-        """A new translator with this one's options and `freeze_weights=True`: its fused
+    def frozen(self, model=None) -> Translator:
+        """A new translator with this one's options and `freeze_weights=True`, on `model`
+        (this one's when None; a bfloat16 export gives its bfloat16 copy): its fused
         weights are computed from the model's weights as they are now. What
         `export_translator` saves."""
         return type(self)(
-            self.model,
+            self.model if model is None else model,
             self.source_tokenizer,
             self.target_tokenizer,
             self.options,

@@ -195,18 +195,20 @@ def average(paths) -> keras.Model:
     return model
 
 
-def with_dtype(model: keras.Model, dtype: str) -> keras.Model:
+def with_dtype(model: keras.Model, dtype: str, round_weights: bool = False) -> keras.Model:
     """`model` (a built Transformer) computing under the dtype policy `dtype`: itself if
     it already does, else a copy built from its config with that policy and its weights.
 
-    Only policies that keep the variables' dtype are accepted ("float32" and the mixed
-    policies, whose variables are float32), so the copy holds exactly the same weights;
-    "bfloat16" would round them, and raises ValueError.
+    By default only policies that keep the variables' dtype are accepted ("float32" and
+    the mixed policies, whose variables are float32), so the copy holds exactly the same
+    weights; "bfloat16" would round them, and raises ValueError. `round_weights=True`
+    accepts it: the copy's weights are the model's rounded to the nearest bfloat16 (a
+    bfloat16 export, `export_translator(compute_dtype="bfloat16")`).
     """
     policy = keras.dtype_policies.get(dtype)
     if policy.name == model.dtype_policy.name:
         return model
-    if policy.variable_dtype != model.dtype_policy.variable_dtype:
+    if policy.variable_dtype != model.dtype_policy.variable_dtype and not round_weights:
         raise ValueError(
             f"Cannot give a model with {model.dtype_policy.variable_dtype} weights the dtype "
             f"policy {policy.name!r}: its {policy.variable_dtype} weights would round them. "
@@ -214,5 +216,7 @@ def with_dtype(model: keras.Model, dtype: str) -> keras.Model:
         )
     copy = model.__class__.from_config({**model.get_config(), "dtype": policy.name})
     copy.build_from_config(model.get_build_config())
-    copy.set_weights(model.get_weights())
+    # Variable.assign casts, rounding to nearest: what `round_weights` promises.
+    for target, source in zip(copy.weights, model.weights, strict=True):
+        target.assign(keras.ops.cast(source.value, target.dtype))
     return copy
