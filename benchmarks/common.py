@@ -1,9 +1,17 @@
 """Shared benchmark helpers: the machine's matmul peak and CPU kernels, model FLOPs, the
 KerasHub peer."""
 
+import os
+import re
+import subprocess
 import time
 
 import numpy as np
+
+from keras_transformer.inference.bfloat16 import cpu_flags, onednn_enabled
+
+# The instruction sets that decide which kernels run and how fast, as /proc/cpuinfo names them.
+REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 10, trials: int = 3) -> float:
@@ -32,9 +40,21 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10, trials: int = 3) -> flo
 def cpu_kernels() -> str:
     """The CPU kernels TensorFlow runs here: "oneDNN" (its default on Linux on CPUs with
     AVX512-VNNI, AVX512-BF16 or AMX, unless `TF_ENABLE_ONEDNN_OPTS=0`) or "Eigen"."""
-    from tensorflow.python.util import _pywrap_util_port
+    return "oneDNN" if onednn_enabled() else "Eigen"
 
-    return "oneDNN" if _pywrap_util_port.IsMklEnabled() else "Eigen"
+
+def cpu_model() -> str:
+    """`lscpu`'s model name, the instruction sets of `REPORTED_FLAGS` it has, and the
+    cores this process may use."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = re.search(r"^Model name:\s*(.+)$", text, re.MULTILINE).group(1).strip()
+    except (OSError, subprocess.CalledProcessError, AttributeError):
+        model = "unknown CPU (no lscpu)"
+    flags = cpu_flags() or set()
+    present = " ".join(flag for flag in REPORTED_FLAGS if flag in flags) or "none"
+    cores = len(os.sched_getaffinity(0))
+    return f"{model}, {cores} cores; of {' '.join(REPORTED_FLAGS)}: {present}"
 
 
 def train_flops(

@@ -71,6 +71,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from common import cpu_model
 from decode import _tensorflow_settings, ctranslate2_rate, sentences_per_second
 from marian import ratio_line, run_child, spread
 
@@ -129,16 +130,6 @@ EXPORT_PHASES = [
     ("keras_transformer.inference.export", "load_run"),
     ("tensorflow", "saved_model.save"),
 ]
-
-
-def cpu_model() -> str:
-    """`lscpu`'s model name, and the cores this process may use."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = re.search(r"^Model name:\s*(.+)$", text, re.MULTILINE).group(1).strip()
-    except (OSError, subprocess.CalledProcessError, AttributeError):
-        model = "unknown CPU (no lscpu)"
-    return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
 def code_state() -> str:
