@@ -16,6 +16,8 @@ over the positions written so far (an einsum and a sum, as a step's scores are):
 - `scatter_leading`: the positions axis first, `(positions, rows, heads, head_size)`,
   written by `tensor_scatter_nd_update` at `[[i]]` and read as `k[:i+1]` (a slice along
   the leading axis, which TensorFlow can hand out without a copy);
+- `inplace_leading`: the leading layout written by `InplaceUpdate`, which writes into its
+  input's buffer (no copy), read as `scatter_leading` reads it;
 - `where`: the leading layout written by `tf.where` over all positions (what the
   searches' `fixed_shapes` caches do for XLA).
 
@@ -91,6 +93,16 @@ def variants(rows: int, heads: int, size: int, positions: int) -> dict:
         return loop(body, tf.zeros((positions, rows, heads, size)))
 
     @tf.function
+    def inplace_leading():
+        def body(i, k, acc):
+            # InplaceUpdate writes into its input's buffer (the library's `inplace_update`
+            # copies first, for safety): a fresh buffer a call, from Empty.
+            k = tf.raw_ops.InplaceUpdate(x=k, i=[i], v=new[None])
+            return i + 1, k, acc + attend(k[: i + 1], "rhd,lrhd->rhl")
+
+        return loop(body, tf.raw_ops.Empty(shape=(positions, rows, heads, size), dtype=tf.float32))
+
+    @tf.function
     def where():
         def body(i, k, acc):
             k = tf.where((tf.range(positions) == i)[:, None, None, None], new[None], k)
@@ -103,6 +115,7 @@ def variants(rows: int, heads: int, size: int, positions: int) -> dict:
         read_only=read_only,
         strided_update=strided_update,
         scatter_leading=scatter_leading,
+        inplace_leading=inplace_leading,
         where=where,
     )
 
