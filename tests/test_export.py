@@ -424,6 +424,7 @@ def test_a_bfloat16_export_serves_as_its_twin_in_memory_and_near_float32(served_
     )
 
 
+@pytest.mark.half_precision
 def test_loading_a_bfloat16_export_warns_where_its_products_would_be_emulated(
     served_bfloat16, tiny_export, monkeypatch
 ):
