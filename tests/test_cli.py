@@ -22,6 +22,8 @@ import keras_transformer_commands as commands
 import keras_transformer_launcher as launcher
 from keras_transformer import cli
 from keras_transformer.inference import loaded_export
+from keras_transformer.inference.translator import Translator
+from keras_transformer.training import run_dir
 from keras_transformer.training.config import TrainConfig
 from tests.helpers import caught_export_saves, write_corpus
 
@@ -326,6 +328,23 @@ def test_cli_export_of_fewer_signatures_and_what_it_refuses(tiny_run_dir, tmp_pa
     message = user_error(capsys, [*missing, "--signatures", "serving_default,beam"])
     assert "serving_default, beam_search" in message and "'beam'" in message
     assert sorted(p.name for p in (root / "greedy").iterdir()) == ["1"]
+
+
+def test_cli_export_with_broadcast_attention_translates_alike(tiny_run_dir, tmp_path, capsys):
+    """`export --broadcast-attention` (for oneDNN model servers) writes an export whose
+    searches attend with broadcast products at every row count: the same translations,
+    here over more rows than the matmul form starts at."""
+    root = tmp_path / "saved_models"
+    argv = ["export", str(tiny_run_dir), "--name", "broadcast", "--export-root", str(root)]
+    assert cli.main(argv + ["--signatures", "serving_default", "--broadcast-attention"]) == 0
+    capsys.readouterr()
+    texts = ["three one four", "nine five"] * 10  # 20 rows: past MATMUL_ATTENTION_ROWS
+    assert cli.main(["translate", "--model", str(root / "broadcast"), *texts]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == ["3 1 4", "9 5"] * 10
+    # The setting reaches every search a translator builds.
+    model, source, target, _ = run_dir.load_run(tiny_run_dir)
+    decoder = Translator(model, source, target, matmul_attention=False).decoder
+    assert not decoder.greedy.matmul_attention and not decoder.beam.matmul_attention
 
 
 @pytest.mark.half_precision

@@ -174,7 +174,8 @@ def test_traced_beam_with_a_dynamic_width_equals_uncached():
 
 def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkeypatch):
     """From `MATMUL_ATTENTION_ROWS` rows a search (greedy: sources; beam: sources x
-    width) attends with matmuls, below with broadcast products; a batch that crosses
+    width) attends with matmuls, below with broadcast products, and with
+    `matmul_attention=False` with broadcast products throughout; a batch that crosses
     the line decodes each row as the rows decoded apart do."""
     model = model_of("pre-LN, tied")
     forms = []
@@ -213,6 +214,17 @@ def test_searches_choose_the_attention_form_by_rows_with_the_same_results(monkey
         lambda: sampling.greedy_search(model, rows[:threshold], 10, fixed_shapes=True)
     )
     assert not broadcast
+    # So does a search told `matmul_attention=False`, with the same results.
+    greedy_search = sampling.GreedySearch(max_length=10, matmul_attention=False)
+    broadcast, alike = used(lambda: greedy_search(model, rows[:threshold]))
+    assert not broadcast
+    np.testing.assert_array_equal(alike.tokens.numpy(), greedy.tokens.numpy())
+    np.testing.assert_allclose(alike.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
+    beam_search = beam.BeamSearch(max_length=10, beam_width=width, matmul_attention=False)
+    broadcast, alike = used(lambda: beam_search(model, rows[:sources]))
+    assert not broadcast
+    np.testing.assert_array_equal(alike.tokens.numpy(), whole.tokens.numpy())
+    np.testing.assert_allclose(alike.scores.numpy(), whole.scores.numpy(), atol=1e-5)
     np.testing.assert_array_equal(fixed.tokens.numpy(), greedy.tokens.numpy())
 
 

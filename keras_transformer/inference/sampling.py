@@ -45,6 +45,7 @@ def _token_search(
     fused_weights=None,
     forced=None,
     forced_first=None,
+    matmul_attention: bool = True,
 ) -> DecodeResult:
     """`steps` tokens at most per row, one a step, chosen by `choose(logits, step) -> int64 ids`.
 
@@ -53,7 +54,7 @@ def _token_search(
     prefix's token at each step within it, and a row with a forced first token
     (`forced_first`, int64, 0 for none) takes it at the first step, with
     log-probability 0. Without them, the loops hold no op for them.
-    With `drop_ended_rows`, a search of many rows (the matmul form's) steps only the
+    With `drop_ended_rows`, a search of many rows (`attention_form_by_rows`) steps only the
     rows still decoding: `choose` must pick each row's token from its logits alone
     (greedy), as rows change places when others leave.
     """
@@ -182,13 +183,13 @@ def _token_search(
         )
         return tokens, lengths, scores
 
-    def loop_by_form(matmul_attention):
-        if drop_ended_rows and matmul_attention and stop_at_end and not return_logits:
+    def loop_by_form(many_rows, matmul_attention):
+        if drop_ended_rows and many_rows and stop_at_end and not return_logits:
             return live_rows_loop(matmul_attention)
         return loop(matmul_attention)
 
     tokens, lengths, scores, *logits = attention_form_by_rows(
-        batch, loop_by_form, use_cache and not fixed_shapes
+        batch, loop_by_form, use_cache and not fixed_shapes, matmul_attention
     )
     return DecodeResult(tokens[:, 1:], lengths, scores, logits[0] if logits else None)
 
@@ -256,6 +257,7 @@ class GreedySearch(Search):
             fused_weights=fused_weights,
             forced=forced,
             forced_first=forced_first,
+            matmul_attention=self.matmul_attention,
         )
 
 
@@ -322,6 +324,7 @@ class SamplingSearch(Search):
             fused_weights=fused_weights,
             forced=forced,
             forced_first=forced_first,
+            matmul_attention=self.matmul_attention,
         )
 
 

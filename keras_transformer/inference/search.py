@@ -117,6 +117,12 @@ class Search:
         fixed_shapes: bool. Keep every loop shape fixed (caches of `max_length`
             positions from the start), as a loop compiled by XLA needs; the
             result is the same. Defaults to False.
+        matmul_attention: bool. Attend as batched matmuls from
+            `MATMUL_ATTENTION_ROWS` rows on (`attention_form_by_rows`); False keeps
+            broadcast products at every row count, which under concurrent requests
+            on TensorFlow's oneDNN kernels take less memory and answer more
+            (benchmarks/RESULTS.md, "Serving on oneDNN kernels"). The same results.
+            Defaults to True.
 
     Call arguments:
         model: a built `Transformer`.
@@ -155,6 +161,7 @@ class Search:
     stop_at_end: bool = True
     use_cache: bool = True
     fixed_shapes: bool = False
+    matmul_attention: bool = True
 
     def __post_init__(self):
         check_max_length(self.max_length)
@@ -254,17 +261,23 @@ def first_token_forcing(forced_first, step):
 MATMUL_ATTENTION_ROWS = 16
 
 
-def attention_form_by_rows(rows, loop, cached_and_dynamic: bool):
-    """`loop(matmul_attention)`, its attention form chosen by the search's row count.
+def attention_form_by_rows(rows, loop, cached_and_dynamic: bool, matmul_attention: bool = True):
+    """`loop(many_rows, matmul_attention)`, its form chosen by the search's row count:
+    `many_rows` from `MATMUL_ATTENTION_ROWS` rows, attending as batched matmuls there
+    unless `matmul_attention` is False (`Search`'s setting).
 
     The choice is made once, before the step loop: both loops are in the graph and
     one runs. A `tf.cond` inside the step would cost every step its untaken branch.
     The uncached path and a loop for XLA (`cached_and_dynamic` False) run the
-    broadcast form alone.
+    broadcast form alone, as few rows.
     """
     if not cached_and_dynamic:
-        return loop(False)
-    return tf.cond(rows >= MATMUL_ATTENTION_ROWS, lambda: loop(True), lambda: loop(False))
+        return loop(False, False)
+    return tf.cond(
+        rows >= MATMUL_ATTENTION_ROWS,
+        lambda: loop(True, matmul_attention),
+        lambda: loop(False, False),
+    )
 
 
 def write_column(buffer, column, values):

@@ -69,7 +69,7 @@ class Translator(tf.Module):
         **settings: `DecodingOptions` fields (max_length, max_source_length,
             sub_batch_size, in_flight, max_length_a, max_length_b, beam_width,
             length_penalty_alpha, length_normalization, early_stopping,
-            stop_at_end, use_cache, jit_compile, freeze_weights).
+            stop_at_end, use_cache, jit_compile, freeze_weights, matmul_attention).
 
     Example:
     >>> translator = Translator(model, source_tokenizer, target_tokenizer)
