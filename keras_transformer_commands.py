@@ -40,12 +40,19 @@ EXPORT_INFO_FILE = "assets.extra/keras_transformer.json"
 
 
 def export_compute_dtype(version_dir) -> str:
-    """What the export in `version_dir` computes in ("float32", "bfloat16"): as its
-    EXPORT_INFO_FILE records, "float32" for exports made before it was written."""
+    """What the export in `version_dir` computes in (its model's compute dtype: "float32",
+    "bfloat16"): as its EXPORT_INFO_FILE records, "float32" for exports made before it was
+    written. A file that holds no such record is a ValueError naming it."""
     path = Path(version_dir) / EXPORT_INFO_FILE
     if not path.is_file():
         return "float32"
-    return json.loads(path.read_text(encoding="utf-8"))["compute_dtype"]
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: unreadable export info ({error})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("compute_dtype"), str):
+        raise ValueError(f"{path}: export info without a compute_dtype string")
+    return info["compute_dtype"]
 
 
 def flags_before_separator(argv: list[str]) -> list[str]:

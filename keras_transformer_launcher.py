@@ -113,12 +113,18 @@ def _export_bytes(argv: list[str]) -> int:
 
 
 def _bfloat16_export(argv: list[str]) -> bool:
-    """Whether a version of the SavedModel that `--model` names computes in bfloat16."""
+    """Whether a version of the SavedModel that `--model` names computes in bfloat16
+    (the directory itself, or its integer versions: not an export's staging directory).
+    An unreadable record counts as not: the command itself then says what is wrong."""
     model = _model_flag(argv)
     if model is None:
         return False
     path = Path(model)
-    return any(export_compute_dtype(version) == "bfloat16" for version in (path, *path.glob("*")))
+    versions = (path, *(p for p in path.glob("*") if p.name.isdigit()))
+    try:
+        return any(export_compute_dtype(version) == "bfloat16" for version in versions)
+    except ValueError:
+        return False
 
 
 def _choose_kernels(argv: list[str], environ=os.environ) -> None:

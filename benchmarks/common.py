@@ -8,8 +8,6 @@ import time
 
 import numpy as np
 
-from keras_transformer.inference.bfloat16 import cpu_flags, onednn_enabled
-
 # The instruction sets that decide which kernels run and how fast, as /proc/cpuinfo names them.
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 
@@ -40,6 +38,8 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10, trials: int = 3) -> flo
 def cpu_kernels() -> str:
     """The CPU kernels TensorFlow runs here: "oneDNN" (its default on Linux on CPUs with
     AVX512-VNNI, AVX512-BF16 or AMX, unless `TF_ENABLE_ONEDNN_OPTS=0`) or "Eigen"."""
+    from keras_transformer.inference.bfloat16 import onednn_enabled  # loads TensorFlow
+
     return "oneDNN" if onednn_enabled() else "Eigen"
 
 
@@ -51,6 +51,8 @@ def cpu_model() -> str:
         model = re.search(r"^Model name:\s*(.+)$", text, re.MULTILINE).group(1).strip()
     except (OSError, subprocess.CalledProcessError, AttributeError):
         model = "unknown CPU (no lscpu)"
+    from keras_transformer.inference.bfloat16 import cpu_flags
+
     flags = cpu_flags() or set()
     present = " ".join(flag for flag in REPORTED_FLAGS if flag in flags) or "none"
     cores = len(os.sched_getaffinity(0))

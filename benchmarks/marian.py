@@ -76,7 +76,6 @@ from keras_transformer.inference.export import EXPORT_DTYPES
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 IMPORT_SECONDS, IMPORT_GB = 60, 3  # issue 60's targets for a base-size checkpoint
-TARGET_RATIO = 0.6  # at batch 64: multilingual.py's target against CTranslate2 float32
 # CTranslate2's CPU compute types, each quantizing the float32 conversion as it loads it:
 # what a CPU user who serves OPUS-MT picks among.
 PEER_TYPES = ("float32", "int8_float32", "int8")
@@ -112,10 +111,7 @@ print(json.dumps(dict(
 def ratio_line(label: str, batch_size: int, rate: float, peer_rate: float, target: float) -> str:
     """A row of the decoding table: ours, the peer's, the ratio, and at batch 64 whether it
     meets `target`."""
-    mark = ""
-    if batch_size == 64:
-        met = "met" if rate / peer_rate >= target else "MISSED"
-        mark = f" (target {target}x: {met})"
+    mark = f" (target {target}x: {verdict(rate / peer_rate, target)})" if batch_size == 64 else ""
     return (
         f"{label:<8} {batch_size:>5} {rate:>18.2f} {peer_rate:>19.2f} "
         f"{rate / peer_rate:>16.2f}x{mark}"
@@ -325,8 +321,12 @@ def ratio(rate: float, peer_type: str, peer_rate: float, target: float | None) -
     """One ratio of the table, and whether it meets its target where it has one."""
     text = f"{peer_type} {rate / peer_rate:.2f}x"
     if target is not None:
-        text += f" (target {target}x: {'met' if rate / peer_rate >= target else 'MISSED'})"
+        text += f" (target {target}x: {verdict(rate / peer_rate, target)})"
     return text
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "met" if ratio >= target else "MISSED"
 
 
 def agreement(greedy: dict[str, list[list[int]]]) -> str:

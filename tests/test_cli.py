@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -330,7 +331,9 @@ def test_cli_export_of_fewer_signatures_and_what_it_refuses(tiny_run_dir, tmp_pa
     assert sorted(p.name for p in (root / "greedy").iterdir()) == ["1"]
 
 
-def test_cli_export_with_broadcast_attention_translates_alike(tiny_run_dir, tmp_path, capsys):
+def test_cli_export_with_broadcast_attention_translates_alike(
+    tiny_run_dir, tmp_path, capsys, monkeypatch
+):
     """`export --broadcast-attention` (for oneDNN model servers) writes an export whose
     searches attend with broadcast products at every row count: the same translations,
     here over more rows than the matmul form starts at."""
@@ -341,7 +344,10 @@ def test_cli_export_with_broadcast_attention_translates_alike(tiny_run_dir, tmp_
     texts = ["three one four", "nine five"] * 10  # 20 rows: past MATMUL_ATTENTION_ROWS
     assert cli.main(["translate", "--model", str(root / "broadcast"), *texts]) == 0
     assert capsys.readouterr().out.split("\n")[:-1] == ["3 1 4", "9 5"] * 10
-    # The setting reaches every search a translator builds.
+    # The flag reaches the translator saved, and the setting every search it builds.
+    saved = caught_export_saves(monkeypatch)
+    assert cli.main(argv + ["--broadcast-attention", "--version", "7"]) == 0
+    assert saved[0].options.matmul_attention is False
     model, source, target, _ = run_dir.load_run(tiny_run_dir)
     decoder = Translator(model, source, target, matmul_attention=False).decoder
     assert not decoder.greedy.matmul_attention and not decoder.beam.matmul_attention
@@ -361,12 +367,19 @@ def test_cli_export_in_bfloat16_and_the_warning_where_it_would_be_slow(
     assert commands.export_compute_dtype(root / "half" / "1") == "bfloat16"
     capsys.readouterr()
     reason = "this CPU has no bfloat16 instructions"
-    monkeypatch.setattr(loaded_export, "slow_bfloat16_reason", lambda: reason)
+    shown_as = []
+
+    def slow_here():
+        shown_as.append(warnings.formatwarning)  # what `cli.main` has installed
+        return reason
+
+    monkeypatch.setattr(loaded_export, "slow_bfloat16_reason", slow_here)
     # pytest records warnings itself; the command line shows each as one line.
     with pytest.warns(loaded_export.SlowExportWarning) as caught:
         assert cli.main(["translate", "--model", str(root / "half"), "three one four"]) == 0
     assert capsys.readouterr().out == "3 1 4\n"
-    (warning,) = caught
+    (warning,) = [w for w in caught if w.category is loaded_export.SlowExportWarning]
+    assert shown_as == [cli._warning_line]
     assert cli._warning_line(warning.message, warning.category, "file.py", 1) == (
         f"keras-transformer: warning: {root / 'half' / '1'} computes in bfloat16, but {reason}.\n"
     )
@@ -628,6 +641,18 @@ def test_bfloat16_exports_of_any_size_keep_the_default_kernels(tmp_path):
         assert environ.get(launcher.KERNELS_VARIABLE) == chosen, model
     assert commands.export_compute_dtype(small / "1") == "float32"
     assert commands.export_compute_dtype(tmp_path) == "float32"  # made before the file
+    # A record that is not one is an error naming the file; the launcher then keeps
+    # the small export's rule and leaves the error to the command.
+    broken = tmp_path / "broken"
+    for text in ("{", "{}", "[1]"):
+        info = broken / "1" / commands.EXPORT_INFO_FILE
+        info.parent.mkdir(parents=True, exist_ok=True)
+        info.write_text(text)
+        with pytest.raises(ValueError, match=re.escape(str(info))):
+            commands.export_compute_dtype(broken / "1")
+        environ = {}
+        launcher._choose_kernels(["translate", "--model", str(broken), "x"], environ)
+        assert environ.get(launcher.KERNELS_VARIABLE) == "0"
 
 
 def test_the_launcher_chooses_the_kernels_before_tensorflow_loads(monkeypatch):

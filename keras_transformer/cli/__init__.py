@@ -90,7 +90,7 @@ def _one_line(error: BaseException) -> str:
 
 def _warning_line(message, category, *_) -> str:
     """A warning as the command line shows it: one line, without the code that raised it."""
-    return f"{PROG}: warning: {message}\n"
+    return f"{PROG}: warning: {' '.join(str(message).split())}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

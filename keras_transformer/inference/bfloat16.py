@@ -30,12 +30,16 @@ def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str] | None:
     return None
 
 
-def onednn_enabled() -> bool:
+def onednn_enabled() -> bool | None:
     """Whether this process's TensorFlow runs its oneDNN kernels (TensorFlow's default
-    on Linux CPUs with AVX512-VNNI, AVX512-BF16 or AMX; TF_ENABLE_ONEDNN_OPTS chooses)."""
-    from tensorflow.python.util import _pywrap_util_port  # TensorFlow's own test
+    on Linux CPUs with AVX512-VNNI, AVX512-BF16 or AMX; TF_ENABLE_ONEDNN_OPTS chooses);
+    None where this TensorFlow does not say (its test is not public API)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # TensorFlow's own test
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
 
 
 # `slow_bfloat16_reason`'s default: this machine's (None there means "unknown").
@@ -46,7 +50,7 @@ def slow_bfloat16_reason(flags=THIS_MACHINE, onednn=THIS_MACHINE) -> str | None:
     """Why this machine would emulate a bfloat16 export's matrix products, or None
     where it computes them natively (its CPU has AVX512_BF16 or AMX, and oneDNN's
     kernels run). `flags` (a set, or None where unknown, `cpu_flags`) and `onednn` (a
-    bool) default to this machine's."""
+    bool, or None where unknown, `onednn_enabled`) default to this machine's."""
     flags = cpu_flags() if flags is THIS_MACHINE else flags
     onednn = onednn_enabled() if onednn is THIS_MACHINE else onednn
     if flags is not None and not flags & set(BFLOAT16_CPU_FLAGS):
@@ -54,7 +58,7 @@ def slow_bfloat16_reason(flags=THIS_MACHINE, onednn=THIS_MACHINE) -> str | None:
             "this CPU has no bfloat16 instructions (AVX512_BF16 or AMX), so a bfloat16 "
             "export's matrix products are emulated and slower than a float32 export's"
         )
-    if not onednn:
+    if onednn is False:
         return (
             "TensorFlow's oneDNN kernels are off here (TF_ENABLE_ONEDNN_OPTS=0, or not "
             "this platform's default), so a bfloat16 export's matrix products are emulated "

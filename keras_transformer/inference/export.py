@@ -281,12 +281,8 @@ def export_translator(
     exported = chosen_signatures(signatures)
     if isinstance(given, MultilingualTranslator):
         exported = with_languages(exported)
-    model = given.model
     if compute_dtype is not None:
         check_compute_dtype(compute_dtype)
-        model = with_dtype(model, compute_dtype, round_weights=True)
-    translator = given.frozen(model)
-    _hide_other_methods(translator, exported)
     check_export_name(name)
     model_dir = Path(export_root) / name
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -296,6 +292,11 @@ def export_translator(
     target = model_dir / str(version)
     if target.exists():
         raise FileExistsError(f"{target} exists; pick another version or leave it unset.")
+    model = given.model  # rounded only now, after the checks: a copy of every weight
+    if compute_dtype is not None:
+        model = with_dtype(model, compute_dtype, round_weights=True)
+    translator = given.frozen(model)
+    _hide_other_methods(translator, exported)
     # Write beside the target and rename: TF Serving polls the directory and
     # must never see a half-written version.
     remove_stale_staging(model_dir)

@@ -462,6 +462,7 @@ class Translator(tf.Module):
                 top_k=top_k,
                 top_p=top_p,
                 seed=seed,
+                matmul_attention=self.options.matmul_attention,
             )
             function = tf.function(
                 lambda text, prefix=None, languages=None: self._translate(

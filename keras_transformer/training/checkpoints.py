@@ -216,7 +216,7 @@ def with_dtype(model: keras.Model, dtype: str, round_weights: bool = False) -> k
         )
     copy = model.__class__.from_config({**model.get_config(), "dtype": policy.name})
     copy.build_from_config(model.get_build_config())
-    # Variable.assign casts, rounding to nearest: what `round_weights` promises.
+    # The cast rounds to nearest (ties to even): what `round_weights` promises.
     for target, source in zip(copy.weights, model.weights, strict=True):
         target.assign(keras.ops.cast(source.value, target.dtype))
     return copy
