@@ -95,18 +95,24 @@ def _model_flag(argv: list[str]) -> str | None:
     return model
 
 
+def _model_versions(argv: list[str]) -> list[Path]:
+    """The directory `--model` names and its integer versions (not an export's staging
+    directories); none without `--model`."""
+    model = _model_flag(argv)
+    if model is None:
+        return []
+    path = Path(model)
+    return [path, *(p for p in path.glob("*") if p.name.isdigit())]
+
+
 def _export_bytes(argv: list[str]) -> int:
     """The size of the variables of the SavedModel that `--model` names (of its largest
     version, for an export root's model directory); 0 when there is none (the command
     itself then says what is wrong)."""
-    model = _model_flag(argv)
-    if model is None:
-        return 0
-    path = Path(model)
     return max(
         (
             sum(data.stat().st_size for data in version.glob("variables/variables.data-*"))
-            for version in (path, *path.glob("*"))
+            for version in _model_versions(argv)
         ),
         default=0,
     )
@@ -114,15 +120,10 @@ def _export_bytes(argv: list[str]) -> int:
 
 def _bfloat16_export(argv: list[str]) -> bool:
     """Whether a version of the SavedModel that `--model` names computes in bfloat16
-    (the directory itself, or its integer versions: not an export's staging directory).
-    An unreadable record counts as not: the command itself then says what is wrong."""
-    model = _model_flag(argv)
-    if model is None:
-        return False
-    path = Path(model)
-    versions = (path, *(p for p in path.glob("*") if p.name.isdigit()))
+    (`_model_versions`). An unreadable record counts as not: the command itself then says
+    what is wrong."""
     try:
-        return any(export_compute_dtype(version) == "bfloat16" for version in versions)
+        return any(export_compute_dtype(version) == "bfloat16" for version in _model_versions(argv))
     except ValueError:
         return False
 

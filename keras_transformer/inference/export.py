@@ -39,6 +39,13 @@ generated tokens and the beam width it was exported with. An export made with
 fewer signatures (`signatures=`, `keras-transformer export --signatures`) offers
 only the methods its signatures call, and `serving_limits()`. Calling a loaded
 export from Python is `loaded_export.py`'s.
+
+An export computes in float32, or with `compute_dtype="bfloat16"` in bfloat16, and
+records which in `assets.extra/keras_transformer.json` (`EXPORT_INFO_FILE`).
+
+It stays one module: the signatures' table, the version directories and the staged
+write are the pieces of one act, writing an export; reading one is `loaded_export.py`'s,
+which takes the table from here.
 """
 
 from __future__ import annotations
