@@ -500,11 +500,11 @@ def _cached_runs(layer, plain_kwargs, cache_slots):
     def cached(x):
         rows, length = x.shape[0], x.shape[1]
         weights = layer.step_weights(layer.fused_step_weights())
-        cache = layer.empty_step_cache(rows, cache_slots or length, fixed_shapes=bool(cache_slots))
+        cache = layer.empty_step_cache(rows, cache_slots or 0)
         outputs = []
         for t in range(length):
-            position = t if not cache_slots else step_ops.cache_slots(tf.range(cache_slots), t)
-            y, cache = layer.step(tf.convert_to_tensor(x[:, t]), weights, cache, position)
+            slots = None if not cache_slots else step_ops.cache_slots(tf.range(cache_slots), t)
+            y, cache = layer.step(tf.convert_to_tensor(x[:, t]), weights, cache, slots)
             outputs.append(y)
         return tf.stack(outputs, axis=1)
 

@@ -61,7 +61,7 @@ def test_decoder_step_equals_full_decoding(normalize_first):
     ids, context, mask = token_ids(2, 5, VOCAB), features(seed=2), real_mask()
     full = decoder(ids, context, context_mask=mask).numpy()
     weights = decoder.step_weights()
-    state = decoder.step_start(tf.convert_to_tensor(context), tf.convert_to_tensor(mask), 5)
+    state = decoder.step_start(tf.convert_to_tensor(context), tf.convert_to_tensor(mask))
     outputs = []
     for t in range(5):
         y, state = decoder.step(tf.convert_to_tensor(ids[:, t]), t, weights, state)

@@ -118,7 +118,7 @@ def test_decoding_steps_are_not_split():
     @tf.function(input_signature=[tf.TensorSpec((None, D))])
     def step(x):
         weights = layer.step_weights(layer.fused_step_weights())
-        return layer.step(x, weights, layer.empty_step_cache(tf.shape(x)[0], 1), 0)[0]
+        return layer.step(x, weights, layer.empty_step_cache(tf.shape(x)[0]))[0]
 
     step(tf.zeros((2, D)))
     graph = step.get_concrete_function().graph

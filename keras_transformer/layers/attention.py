@@ -315,26 +315,26 @@ class CausalSelfAttention(BaseAttention):
         """Query, key and value projections fused into one, the query's scaled."""
         return self.mha.fused_query_key_value()
 
-    def empty_step_cache(self, rows, positions, fixed_shapes: bool = False):
+    def empty_step_cache(self, rows, slots: int = 0):
         """An empty self-attention cache for `rows` (see `MultiHeadAttention.empty_step_cache`)."""
-        return self.mha.empty_step_cache(rows, positions, fixed_shapes)
+        return self.mha.empty_step_cache(rows, slots)
 
-    def step(self, x, weights: AttentionStepWeights, cache, position, matmul=False):
+    def step(self, x, weights: AttentionStepWeights, cache, slots=None, matmul=False):
         """The newest position of each row: `x` `(rows, d_model)` -> `(y, cache)`.
 
         Args:
             weights: from `step_weights`.
-            cache: from `empty_step_cache` or the previous step; returned with
-                this step's keys and values written at `position`.
-            position: int scalar, the step's position (in-place caches), or
-                `step_ops.CacheSlots` (fixed slots).
-            matmul: with fixed slots, attention as batched matmuls rather than
-                broadcast products (`step_ops.attend`); the same results.
+            cache: from `empty_step_cache` or the previous step; returned one
+                position longer, or with `slots` (`step_ops.CacheSlots`)
+                written in place.
+            matmul: attention as batched matmuls rather than broadcast products
+                (`step_ops.attend`); the same results.
         """
         h = self.residual.step_input(x, weights.norm)
         query, key, value = tf.split(step_ops.dense(h, weights.query), 3, axis=1)
-        cache = self.mha.append_to_step_cache(cache, key, value, position)
-        attended = self.mha.attend_step_cache(query, cache, position, matmul)
+        cache = self.mha.append_to_step_cache(cache, key, value, slots)
+        bias = None if slots is None else slots.bias
+        attended = self.mha.step_attend(query, *cache, bias, matmul)
         return self._step_output(x, attended, weights), cache
 
 

@@ -47,11 +47,10 @@ class DecoderStepWeights(NamedTuple):
 class DecoderState(NamedTuple):
     """Per-row decoding state of `Decoder.step`, leading axis the row.
 
-    caches: per block, the self-attention `(key, value)` caches, each `(positions, rows,
-        heads, head_size)`: allocated at the search's final length, positions first,
-        written a position a step in place; positions not yet decoded are never read.
-    cross_key_values: per block, the source's keys `(rows, heads, keys, head_size)`
-        and values transposed `(rows, heads, head_size, keys)` (`step_ops.attend`).
+    caches: per block, the self-attention `(key, value)` cache of the positions decoded
+        so far, keys `(rows, heads, positions, head_size)`, values transposed
+        `(rows, heads, head_size, positions)`; it grows a position a step.
+    cross_key_values: per block, the source's `(key, value)`, laid out alike.
     cross_bias: float32 `(rows, 1, source_length)`, the source mask as an
         additive bias (the same for every head).
     """
@@ -62,9 +61,9 @@ class DecoderState(NamedTuple):
 
 
 class FixedDecoderState(NamedTuple):
-    """`DecoderState` with caches of `slots` positions laid out as `cross_key_values`,
-    rows first, written by `tf.where` and masked beyond the step: every loop shape
-    fixed, as XLA needs. `slot_positions` `(slots,)` is shared by all rows."""
+    """`DecoderState` with caches of `slots` positions from the start, written in place
+    and masked beyond the step: every loop shape fixed, as XLA needs.
+    `slot_positions` `(slots,)` is shared by all rows."""
 
     caches: tuple
     cross_key_values: tuple
@@ -164,17 +163,17 @@ class DecoderLayer(Block):
             self.ffn.step_weights(),
         )
 
-    def step_start(self, context, rows, positions, fixed_shapes: bool = False):
+    def step_start(self, context, rows, slots: int = 0):
         """`(self-attention cache, cross-attention keys/values)` of one block."""
         return (
-            self.causal_self_attention.empty_step_cache(rows, positions, fixed_shapes),
+            self.causal_self_attention.empty_step_cache(rows, slots),
             self.cross_attention.step_key_value(context),
         )
 
-    def step(self, x, weights, cache, cross_key_value, cross_bias, position, matmul=False):
+    def step(self, x, weights, cache, cross_key_value, cross_bias, slots=None, matmul=False):
         """The newest position of each row: `x` `(rows, d_model)` -> `(y, cache)`
         (see `CausalSelfAttention.step` and `CrossAttention.step`)."""
-        x, cache = self.causal_self_attention.step(x, weights.causal, cache, position, matmul)
+        x, cache = self.causal_self_attention.step(x, weights.causal, cache, slots, matmul)
         x = self.cross_attention.step(x, weights.cross, cross_key_value, cross_bias, matmul)
         return self.ffn.step(x, weights.feed_forward), cache
 
@@ -303,42 +302,30 @@ class Decoder(BlockStack):
             () if self.final_layernorm is None else step_ops.norm_weights(self.final_layernorm),
         )
 
-    def step_start(self, context, context_mask, positions, fixed_shapes: bool = False):
+    def step_start(self, context, context_mask, slots=None):
         """The state of `step` for a source: cross-attention keys/values and the
         source bias computed once, self-attention caches empty.
 
         Args:
             context: the encoder output `(rows, source_length, d_model)`.
             context_mask: bool `(rows, source_length)`, True at real source tokens.
-            positions: int (or int32 scalar), the most positions a row will decode:
-                the caches' length.
-            fixed_shapes: False for caches written in place and read up to the
-                step (`DecoderState`); True for caches whose every slot is attended,
-                masked beyond the step (`FixedDecoderState`): the same results with
-                every loop shape fixed, as XLA needs, at the cost of attending over
-                all slots.
+            slots: None for caches that grow a position a step (`DecoderState`);
+                an int for caches of `slots` positions from the start
+                (`FixedDecoderState`): the same results with every loop shape
+                fixed, as XLA needs, at the cost of attending over all slots.
         """
         backend.require_tensorflow("The decoder's one-token step")
         rows = tf.shape(context)[0]
-        if fixed_shapes:
-            positions = int(positions)
         blocks = [
-            layer.step_start(context, rows, positions, fixed_shapes) for layer in self.dec_layers
+            layer.step_start(context, rows, 0 if slots is None else int(slots))
+            for layer in self.dec_layers
         ]
         caches, cross = (tuple(part) for part in zip(*blocks))
         # (rows, 1, source): the same for every head.
         bias = masks.additive_bias(context_mask)[:, None, :]
-        if not fixed_shapes:
+        if slots is None:
             return DecoderState(caches, cross, bias)
-        return FixedDecoderState(caches, cross, bias, tf.range(positions))
-
-    @staticmethod
-    def gather_caches(state, rows):
-        """`state`'s self-attention caches for the rows `rows`, in that order (a search
-        following its hypotheses): rows are the second axis of in-place caches, the
-        first of fixed slots."""
-        axis = 0 if isinstance(state, FixedDecoderState) else 1
-        return tf.nest.map_structure(lambda t: tf.gather(t, rows, axis=axis), state.caches)
+        return FixedDecoderState(caches, cross, bias, tf.range(int(slots)))
 
     def step(self, token_ids, index, weights: DecoderStepWeights, state, matmul=False):
         """Features `(rows, d_model)` of the token after `token_ids` at `index`.
@@ -348,15 +335,15 @@ class Decoder(BlockStack):
             index: int scalar, its position.
             weights: from `step_weights`.
             state: from `step_start` or the previous step; returned with each
-                layer's self-attention cache written at `index`.
-            matmul: attention over the source (and over fixed slots) as batched
-                matmuls rather than broadcast products (`step_ops.attend`); the
-                same results.
+                layer's self-attention cache one position longer (or, of fixed
+                size, written at `index`).
+            matmul: attention as batched matmuls rather than broadcast products
+                (`step_ops.attend`); the same results.
         """
-        position = (
+        slots = (
             step_ops.cache_slots(state.slot_positions, index)
             if isinstance(state, FixedDecoderState)
-            else index
+            else None
         )
         x = self.embedding.step(token_ids, index, weights.tokens)
         caches = []
@@ -368,7 +355,7 @@ class Decoder(BlockStack):
             strict=True,
         ):
             x, cache = layer.step(
-                x, layer_weights, cache, cross_key_value, state.cross_bias, position, matmul
+                x, layer_weights, cache, cross_key_value, state.cross_bias, slots, matmul
             )
             caches.append(cache)
         if weights.final_norm:

@@ -202,49 +202,25 @@ class MultiHeadAttention(keras.layers.Layer):
         key, value = self.project_key_value(context)
         return key, tf.transpose(value, [0, 1, 3, 2])
 
-    def empty_step_cache(self, rows, positions, fixed_shapes: bool = False):
-        """A self-attention cache of `positions` positions for `rows`: allocated, positions
-        first, for writes in place (`step_ops.empty_positions_first`); or, with
-        `fixed_shapes`, zeros laid out as `step_key_value`'s, every slot attended and
-        masked beyond the step (what XLA's loops need)."""
-        if not fixed_shapes:
-            return tuple(
-                step_ops.empty_positions_first(
-                    positions, rows, self.num_heads, self.key_dim, self.compute_dtype
-                )
-                for _ in range(2)
-            )
+    def empty_step_cache(self, rows, slots: int = 0):
+        """A self-attention cache of `slots` positions (0: one that grows a position a
+        step), laid out as `step_key_value`'s."""
         return (
-            tf.zeros([rows, self.num_heads, positions, self.key_dim], self.compute_dtype),
-            tf.zeros([rows, self.num_heads, self.key_dim, positions], self.compute_dtype),
+            tf.zeros([rows, self.num_heads, slots, self.key_dim], self.compute_dtype),
+            tf.zeros([rows, self.num_heads, self.key_dim, slots], self.compute_dtype),
         )
 
-    def append_to_step_cache(self, cache, key, value, position):
-        """`cache` with a step's `key` and `value` `(rows, heads * key_dim)` written at
-        `position`: an int scalar (in-place caches), or `step_ops.CacheSlots` (fixed
-        slots, written by `tf.where`)."""
-        key_cache, value_cache = cache
-        if not isinstance(position, step_ops.CacheSlots):
-            key, value = (tf.reshape(x, [-1, self.num_heads, self.key_dim]) for x in (key, value))
-            return (
-                step_ops.write_position(key_cache, position, key),
-                step_ops.write_position(value_cache, position, value),
-            )
+    def append_to_step_cache(self, cache, key, value, slots=None):
+        """`cache` with a step's `key` and `value` `(rows, heads * key_dim)`: one
+        position longer, or with `slots` (`step_ops.CacheSlots`) written in place."""
         key = step_ops.heads(key, self.num_heads, self.key_dim)
         value = tf.reshape(value, [-1, self.num_heads, self.key_dim, 1])
-        return tf.where(position.write[:, None], key, key_cache), tf.where(
-            position.write, value, value_cache
+        key_cache, value_cache = cache
+        if slots is None:
+            return tf.concat([key_cache, key], axis=2), tf.concat([value_cache, value], axis=3)
+        return tf.where(slots.write[:, None], key, key_cache), tf.where(
+            slots.write, value, value_cache
         )
-
-    def attend_step_cache(self, query, cache, position, matmul=False):
-        """A step's projected `query` `(rows, heads * key_dim)` over `cache` written up to
-        `position` (see `append_to_step_cache`): `(rows, heads * key_dim)`."""
-        width = self.num_heads * self.key_dim
-        if isinstance(position, step_ops.CacheSlots):
-            return self.step_attend(query, *cache, position.bias, matmul)
-        query = tf.reshape(query, [-1, self.num_heads, self.key_dim])
-        written = [c[: position + 1] for c in cache]  # leading slices: no copy
-        return step_ops.attend_positions_first(query, *written, width)
 
     def step_attend(self, query, key, value, bias=None, matmul=False):
         """A step's projected `query` `(rows, heads * key_dim)` over `key`/`value` in the

@@ -14,18 +14,9 @@ of cross-attention projected once per source, the source mask turned into an
 additive bias once. A step is then about sixty nodes per layer, and its
 self-attention reads a cache that grows by one position a step (the positions
 decoded so far, never `max_length` slots), or, for a loop that XLA compiles (which
-needs fixed shapes), a cache of every slot, masked beyond the step (`CacheSlots`).
-
-The growing caches are allocated once a search at their final length, positions
-first, and written in place (`empty_positions_first`, `write_position`): a step
-writes its position without copying the cache and reads the positions so far as a
-leading slice, which TensorFlow hands out without a copy, so no step copies what it
-reads. Concatenation, which copied the whole cache every step, was the beam's
-second-largest cost, and every other write TensorFlow offers outside XLA copies too
-(benchmarks/RESULTS.md, "A step's cache written in place"). Self-attention over
-them is broadcast products over that layout (`attend_positions_first`); the source's
-keys and values, fixed for a search, take one of two forms (`attend`), which the
-searches choose by their row count.
+needs fixed shapes), a cache of every slot written in place (`CacheSlots`).
+Attention takes one of two forms (`attend`), which the searches choose by their
+row count.
 
 This module holds what those methods share: the typed weights (`Projection`,
 `Norm`) and the few tensor functions. Decoding for serving runs in TensorFlow
@@ -100,27 +91,6 @@ def cache_slots(slot_positions, index) -> CacheSlots:
     return CacheSlots(tf.equal(slot_positions, index), masks.additive_bias(slot_positions <= index))
 
 
-def empty_positions_first(positions, rows, num_heads: int, head_size: int, dtype):
-    """A cache `(positions, rows, heads, head_size)`, allocated and not written: a step
-    writes its position (`write_position`) before any step reads it.
-
-    `Empty` is a stateful op, so that TensorFlow's graph optimizers neither fold it
-    into a constant nor merge two of them: a buffer that `write_position` writes into
-    must belong to one cache of one call, never to another request's.
-    """
-    shape = tf.stack([tf.cast(positions, tf.int32), tf.cast(rows, tf.int32), num_heads, head_size])
-    return tf.raw_ops.Empty(shape=shape, dtype=dtype)
-
-
-def write_position(cache, index, x):
-    """`cache` `(positions, rows, ...)` with `x` `(rows, ...)` at position `index`, written
-    into `cache`'s own buffer (`InplaceUpdate`; every other write copies the cache). The
-    caller's `cache` is that buffer: only a cache from `empty_positions_first`, or a
-    gather of one, is ever passed, and every reader of a position reads it after the
-    step that writes it."""
-    return tf.raw_ops.InplaceUpdate(x=cache, i=tf.reshape(tf.cast(index, tf.int32), [1]), v=x[None])
-
-
 def heads(x, num_heads: int, head_size: int):
     """`(rows, heads * head_size)` -> `(rows, heads, 1, head_size)`: one reshape."""
     return tf.reshape(x, [-1, num_heads, 1, head_size])
@@ -153,18 +123,4 @@ def attend(query, key, value, width: int, bias=None, matmul: bool = False):
         output = tf.matmul(weights, value, transpose_b=True)  # (rows, heads, 1, head_size)
     else:
         output = tf.reduce_sum(weights[:, :, None, :] * value, axis=-1)  # (rows, heads, head_size)
-    return tf.reshape(output, [-1, width])
-
-
-def attend_positions_first(query, key, value, width: int):
-    """One query per row and head, `query` `(rows, heads, head_size)`, over `key` and
-    `value` `(positions, rows, heads, head_size)` (the first positions of in-place
-    caches): broadcast products and sums, which read the caches as laid out, where a
-    batched matmul would need them transposed, a copy a step. Every position is read
-    (no mask: they are the positions decoded so far).
-    """
-    scores = tf.cast(tf.reduce_sum(query * key, axis=-1), tf.float32)  # (positions, rows, heads)
-    scores = tf.exp(scores - tf.reduce_max(scores, axis=0))
-    weights = tf.cast(scores / tf.reduce_sum(scores, axis=0), value.dtype)
-    output = tf.reduce_sum(weights[..., None] * value, axis=0)  # (rows, heads, head_size)
     return tf.reshape(output, [-1, width])

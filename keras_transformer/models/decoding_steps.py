@@ -54,6 +54,10 @@ class UncachedDecodingState(NamedTuple):
     context_ids: tf.Tensor
 
 
+# The decoder state's per-row fields (`slot_positions` is shared by all rows).
+_PER_ROW = ("caches", "cross_key_values", "cross_bias")
+
+
 class DecodingStepsMixin:
     """The one-token decoding of an encoder-decoder model, for the searches.
 
@@ -121,17 +125,17 @@ class DecodingStepsMixin:
 
         Args:
             context_ids: int `(batch, source_length)`.
-            steps: int (or int32 scalar), the most positions any row will
-                decode (at most the model's `max_length`): the length of the
-                self-attention caches, allocated here.
+            steps: int, the most positions any row will decode (at most the
+                model's `max_length`; the caches grow as they go, so it
+                allocates nothing unless `fixed_shapes`).
             use_cache: False re-runs the encoder and the whole decoder prefix at
                 every step (the tutorial's way: the reference, and the
                 benchmarks' baseline). The results are the same.
             beam_width: hypotheses per source row (int or int32 scalar): each
                 row's state is repeated, hypothesis k of row b at b * width + k.
-            fixed_shapes: True attends over every one of the caches' `steps`
-                slots, masked beyond the step, so that no state changes shape
-                from step to step (XLA's loops need that); same results.
+            fixed_shapes: True allocates the self-attention caches for `steps`
+                positions up front, so that no state changes shape from step
+                to step (XLA's loops need that); same results.
             fused_weights: `fused_step_weights()` computed before (tensors or
                 variables), or None to compute them here.
 
@@ -149,8 +153,7 @@ class DecodingStepsMixin:
         state = self.decoder.step_start(
             _repeat_rows(context, beam_width),
             _repeat_rows(context_mask, beam_width),
-            steps,
-            fixed_shapes,
+            slots=steps if fixed_shapes else None,
         )
         return CachedDecodingState(self.step_weights(fused_weights), state)
 
@@ -163,10 +166,9 @@ class DecodingStepsMixin:
             index: int scalar, the position of the newest token; below the
                 model's `max_length` (the searches stop there, `decode_length`).
             state: from `decoding_start` or the previous step.
-            matmul_attention: cached, attention over the source (and over
-                fixed slots) as batched matmuls rather than broadcast products
-                (`step_ops.attend`): faster for many rows, slower for few; the
-                same results.
+            matmul_attention: cached, attention as batched matmuls rather than
+                broadcast products (`step_ops.attend`): faster for many rows,
+                slower for few; the same results.
 
         Returns:
             `(logits, state)`: float32 logits `(hypotheses, target_vocab_size)`.
@@ -192,22 +194,18 @@ class DecodingStepsMixin:
         if isinstance(state, UncachedDecodingState):
             return UncachedDecodingState(tf.gather(state.context_ids, rows))
         decoder = state.decoder
-        return state._replace(
-            decoder=decoder._replace(
-                caches=self.decoder.gather_caches(decoder, rows),
-                cross_key_values=tf.nest.map_structure(
-                    lambda t: tf.gather(t, rows), decoder.cross_key_values
-                ),
-                cross_bias=tf.gather(decoder.cross_bias, rows),
-            )
-        )
+        kept = [
+            tf.nest.map_structure(lambda t: tf.gather(t, rows), part)
+            for part in (decoder.caches, decoder.cross_key_values, decoder.cross_bias)
+        ]
+        return state._replace(decoder=decoder._replace(**dict(zip(_PER_ROW, kept))))
 
     def reorder_decoding_state(self, state, rows):
         """`state` with hypothesis i taking what hypothesis `rows[i]` had (beam search)."""
         if isinstance(state, UncachedDecodingState):
             return state  # the uncached path reads its history from `tokens`
         # Cross-attention keys/values are the same for every hypothesis of a row.
-        caches = self.decoder.gather_caches(state.decoder, rows)
+        caches = tf.nest.map_structure(lambda t: tf.gather(t, rows), state.decoder.caches)
         return state._replace(decoder=state.decoder._replace(caches=caches))
 
 
