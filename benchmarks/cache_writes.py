@@ -18,8 +18,15 @@ over the positions written so far (an einsum and a sum, as a step's scores are):
   the leading axis, which TensorFlow can hand out without a copy);
 - `inplace_leading`: the leading layout written by `InplaceUpdate`, which writes into its
   input's buffer (no copy), read as `scatter_leading` reads it;
+- `inplace_broadcast`: `inplace_leading` attending by broadcast products and sums, which
+  read the leading layout as it is (an einsum transposes it for a batched matmul);
+- `concat_broadcast`: `concat` attending the same way;
 - `where`: the leading layout written by `tf.where` over all positions (what the
-  searches' `fixed_shapes` caches do for XLA).
+  searches' `fixed_shapes` caches do for XLA);
+- `concat_reordered`, `inplace_reordered`: `concat` and `inplace_broadcast` with a beam
+  search's reorder after each step, a gather of the cache's rows by a shuffle of them
+  (rows are the first axis of `concat`'s cache, the second of the leading layout, whose
+  every position of every row is then a separate copy).
 
 Best of 3 timed calls after one untimed; run it under each kernel set:
 
@@ -53,6 +60,11 @@ def variants(rows: int, heads: int, size: int, positions: int) -> dict:
 
     def attend(k, equation):
         return tf.reduce_sum(tf.einsum(equation, query, k))
+
+    def attend_leading(k):
+        # Broadcast product and sum over the head size: reads the leading layout as it
+        # is, where an einsum transposes it for a batched matmul.
+        return tf.reduce_sum(tf.reduce_sum(query[None] * k, axis=-1))
 
     @tf.function
     def concat():
@@ -103,6 +115,42 @@ def variants(rows: int, heads: int, size: int, positions: int) -> dict:
         return loop(body, tf.raw_ops.Empty(shape=(positions, rows, heads, size), dtype=tf.float32))
 
     @tf.function
+    def inplace_broadcast():
+        def body(i, k, acc):
+            k = tf.raw_ops.InplaceUpdate(x=k, i=[i], v=new[None])
+            return i + 1, k, acc + attend_leading(k[: i + 1])
+
+        return loop(body, tf.raw_ops.Empty(shape=(positions, rows, heads, size), dtype=tf.float32))
+
+    @tf.function
+    def concat_broadcast():
+        def body(i, k, acc):
+            k = tf.concat([k, new[:, :, None, :]], axis=2)
+            return i + 1, k, acc + tf.reduce_sum(tf.reduce_sum(query[:, :, None] * k, axis=-1))
+
+        start = tf.zeros((rows, heads, 0, size))
+        return loop(body, start, tf.TensorShape([rows, heads, None, size]))
+
+    shuffle = tf.random.shuffle(tf.range(rows), seed=0)
+
+    @tf.function
+    def concat_reordered():
+        def body(i, k, acc):
+            k = tf.concat([k, new[:, :, None, :]], axis=2)
+            return i + 1, tf.gather(k, shuffle), acc + attend(k, "rhd,rhld->rhl")
+
+        start = tf.zeros((rows, heads, 0, size))
+        return loop(body, start, tf.TensorShape([rows, heads, None, size]))
+
+    @tf.function
+    def inplace_reordered():
+        def body(i, k, acc):
+            k = tf.raw_ops.InplaceUpdate(x=k, i=[i], v=new[None])
+            return i + 1, tf.gather(k, shuffle, axis=1), acc + attend_leading(k[: i + 1])
+
+        return loop(body, tf.raw_ops.Empty(shape=(positions, rows, heads, size), dtype=tf.float32))
+
+    @tf.function
     def where():
         def body(i, k, acc):
             k = tf.where((tf.range(positions) == i)[:, None, None, None], new[None], k)
@@ -116,7 +164,11 @@ def variants(rows: int, heads: int, size: int, positions: int) -> dict:
         strided_update=strided_update,
         scatter_leading=scatter_leading,
         inplace_leading=inplace_leading,
+        inplace_broadcast=inplace_broadcast,
+        concat_broadcast=concat_broadcast,
         where=where,
+        concat_reordered=concat_reordered,
+        inplace_reordered=inplace_reordered,
     )
 
 
