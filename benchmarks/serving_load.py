@@ -31,6 +31,13 @@ demo` trains it in a few CPU minutes and exports it to saved_models/demo/):
     PYTHONPATH=. python benchmarks/serving_load.py saved_models/demo --threads 8 --seconds 60
 
 A quick check that it runs (about a minute on 2 cores): `--seconds 15 --long-row 16`.
+`--kernels both` runs the load twice, on TensorFlow's Eigen kernels and on its oneDNN ones
+(`TF_ENABLE_ONEDNN_OPTS` 0 and 1 in the serving process), and prints issue 79's serving
+bounds for each: the growth under load, what the loaded export adds to TensorFlow and
+tensorflow-text, and oneDNN's small requests against Eigen's:
+
+    PYTHONPATH=. python benchmarks/serving_load.py saved_models/demo --kernels both \
+        --inter-op-threads 0 --long-row
 `--intra-op-threads 1` serves with one thread within an op, as the README's model server
 commands do (`--tensorflow_intra_op_parallelism=1`); the default leaves TensorFlow's.
 
@@ -78,6 +85,14 @@ LONG_ROW_WORDS = 3000
 # by handing its thread back between sub-batches (`sub_batches.yield_thread`).
 DEFAULT_INTER_OP_THREADS = 16
 
+# `--kernels`: TF_ENABLE_ONEDNN_OPTS in the serving process ("default" leaves it alone).
+KERNEL_SETTINGS = {"default": None, "eigen": "0", "onednn": "1"}
+# Issue 79's serving bounds: RSS growth over the loaded export under the load, with
+# TensorFlow's default pools (`--inter-op-threads 0`) and with 16 inter-op threads; what
+# the loaded export adds to TensorFlow and tensorflow-text alone.
+GROWTH_BOUND_MB = {0: 512, 16: 1024}
+LOADED_BOUND_MB = 0.2 * 1024
+
 
 def hostile_rows() -> dict[str, bytes]:
     """The hostile rows, by name, as the bytes a client sends."""
@@ -99,13 +114,19 @@ def hostile_rows() -> dict[str, bytes]:
 
 
 def _run_worker(task: dict, timeout: float) -> dict:
-    """Runs `task` in a fresh interpreter (see `_worker`) and returns its JSON result."""
+    """Runs `task` in a fresh interpreter (see `_worker`) and returns its JSON result,
+    with TF_ENABLE_ONEDNN_OPTS set as `task["kernels"]` says (`KERNEL_SETTINGS`)."""
+    env = dict(os.environ)
+    setting = KERNEL_SETTINGS[task.get("kernels", "default")]
+    if setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = setting
     run = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker"],
         input=json.dumps(task),
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     if run.returncode != 0:
         raise RuntimeError(f"The serving worker failed ({run.returncode}):\n{run.stderr[-4000:]}")
@@ -125,6 +146,7 @@ def run_load(
     seed: int = 0,
     inter_op_threads: int = DEFAULT_INTER_OP_THREADS,
     intra_op_threads: int = 0,
+    kernels: str = "default",
 ) -> dict:
     """Loads the SavedModel at `export_dir` in a fresh process and serves a mixed load.
 
@@ -148,6 +170,8 @@ def run_load(
         intra_op_threads: threads within one op in the serving process (TF
             Serving's --tensorflow_intra_op_parallelism); 0 (the default) leaves
             TensorFlow's, one a core.
+        kernels: "eigen" or "onednn" sets TF_ENABLE_ONEDNN_OPTS in the serving
+            process; "default" leaves the environment's.
 
     Returns:
         A dict of figures: "requests", "rows", "errors", "wrong" (answers
@@ -155,8 +179,9 @@ def run_load(
         `source_truncated`), "mismatched" (normal rows
         read differently than alone), "first_errors", "kinds" (per kind:
         requests, rows, errors, p50, p99, max seconds), "unloaded_p50" (a
-        one-row request before the load), "rss_mb" (loaded, warm, peak, end),
-        "wall_seconds", and the arguments.
+        one-row request before the load), "rss_mb" (start: TensorFlow and
+        tensorflow-text imported; loaded, warm, peak, end), "wall_seconds", and
+        the arguments.
     """
     if threads < 1 or seconds <= 0:
         raise ValueError(f"threads and seconds must be positive. Received: {threads}, {seconds}")
@@ -174,6 +199,7 @@ def run_load(
         "seed": int(seed),
         "inter_op_threads": int(inter_op_threads),
         "intra_op_threads": int(intra_op_threads),
+        "kernels": kernels,
     }
     # Generous: the loading, the reference translations and the last requests.
     return _run_worker(task, timeout=seconds * 10 + 1800)
@@ -187,6 +213,7 @@ def long_row_cost(
     signature: str = "serving_default",
     inter_op_threads: int = DEFAULT_INTER_OP_THREADS,
     intra_op_threads: int = 0,
+    kernels: str = "default",
 ) -> dict:
     """What one `words`-word row adds to the peak memory of a `rows`-row request.
 
@@ -194,7 +221,7 @@ def long_row_cost(
     measure the peak RSS of one call over its RSS before: `rows` normal rows,
     then `rows - 1` normal rows and the long one. The difference, divided by
     the `rows - 1` other rows the long one could pad, is the cost per extra row.
-    The thread settings are `run_load`'s.
+    The thread and kernel settings are `run_load`'s.
 
     Returns:
         dict with rows, without_mb, with_mb, extra_mb, per_row_mb.
@@ -213,6 +240,7 @@ def long_row_cost(
             "signature": signature,
             "inter_op_threads": int(inter_op_threads),
             "intra_op_threads": int(intra_op_threads),
+            "kernels": kernels,
         }
         peaks[name] = _run_worker(task, timeout=1800)["peak_mb"]
     extra = peaks["with"] - peaks["without"]
@@ -453,7 +481,8 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
         f"{figures['export_dir']}: {figures['signature']}, {figures['threads']} threads, "
         f"{figures['seconds']:.0f} s of new requests ({figures['wall_seconds']:.0f} s wall), "
         f"inter-op threads {figures['inter_op_threads'] or 'TensorFlow default'}, "
-        f"intra-op threads {figures.get('intra_op_threads') or 'TensorFlow default'}",
+        f"intra-op threads {figures.get('intra_op_threads') or 'TensorFlow default'}, "
+        f"kernels {figures.get('kernels', 'default')}",
         "",
         f"{'kind':<7}{'rows/request':>14}{'requests':>10}{'rows':>9}{'errors':>8}"
         f"{'p50 s':>9}{'p99 s':>9}{'max s':>9}",
@@ -477,7 +506,8 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
         f"one-row request with no load: p50 {figures['unloaded_p50']:.3f} s",
         f"wrong answers (row count, score, source_truncated): {figures['wrong']}; normal rows "
         f"read differently than alone: {figures['mismatched']}",
-        f"RSS MB: loaded {rss['loaded']:.0f}, after the first calls {rss['warm']:.0f}, "
+        f"RSS MB: TensorFlow and tensorflow-text {rss['start']:.0f}, loaded {rss['loaded']:.0f} "
+        f"(+{rss['loaded'] - rss['start']:.0f}), after the first calls {rss['warm']:.0f}, "
         f"peak {rss['peak']:.0f} (+{rss['peak'] - rss['loaded']:.0f} over loaded), "
         f"end {rss['end']:.0f}",
     ]
@@ -502,6 +532,43 @@ def format_table(figures: dict, cost: list[dict] | None = None) -> str:
     for c in cost or []:
         checks.append((f"long row <= 4 MB per extra row ({c['rows']} rows)", c["per_row_mb"] <= 4))
     lines += [f"  {'ok  ' if ok else 'FAIL'} {name}" for name, ok in checks]
+    return "\n".join(lines)
+
+
+def kernel_bounds(by_kernels: dict[str, dict]) -> str:
+    """Issue 79's serving bounds for each kernel set's figures (`run_load`'s, keyed
+    "eigen" and "onednn"), met or missed."""
+    lines = ["issue 79's serving bounds, " + " | ".join(by_kernels) + ":"]
+
+    def row(name: str, values: list[str], ok: bool | None) -> None:
+        mark = "    " if ok is None else ("ok  " if ok else "MISS")
+        lines.append(f"  {mark} {name}: {' | '.join(values)}")
+
+    figures = list(by_kernels.values())
+    threads = figures[0]["inter_op_threads"]
+    growth = [f["rss_mb"]["peak"] - f["rss_mb"]["loaded"] for f in figures]
+    bound = GROWTH_BOUND_MB.get(threads)
+    row(
+        f"growth under load, MB (<= {bound})"
+        if bound
+        else "growth under load, MB (no bound for these inter-op threads)",
+        [f"+{g:.0f}" for g in growth],
+        None if bound is None else all(g <= bound for g in growth),
+    )
+    loaded = [f["rss_mb"]["loaded"] - f["rss_mb"]["start"] for f in figures]
+    row(
+        f"the loaded export over TensorFlow and tensorflow-text, MB (<= {LOADED_BOUND_MB:.0f})",
+        [f"+{m:.0f}" for m in loaded],
+        all(m <= LOADED_BOUND_MB for m in loaded),
+    )
+    small = {k: f["kinds"].get("small", {}).get("requests", 0) for k, f in by_kernels.items()}
+    if "eigen" in small and "onednn" in small and small["eigen"]:
+        ratio = small["onednn"] / small["eigen"]
+        row(
+            f"small requests answered (oneDNN >= Eigen: {ratio:.2f}x)",
+            [str(n) for n in small.values()],
+            ratio >= 1.0,
+        )
     return "\n".join(lines)
 
 
@@ -540,6 +607,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure one 3,000-word row's memory in requests of ROWS rows "
         "(default: 16 512; none: skip)",
     )
+    parser.add_argument(
+        "--kernels",
+        choices=[*KERNEL_SETTINGS, "both"],
+        default="default",
+        help="TensorFlow's CPU kernels in the serving process: eigen or onednn "
+        "(TF_ENABLE_ONEDNN_OPTS 0 or 1), both (one load each, and issue 79's bounds), or "
+        "default (the environment's)",
+    )
     parser.add_argument("--json-out", help="also write the figures to this JSON file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -551,34 +626,43 @@ def main(argv: list[str] | None = None) -> int:
     sentences = None
     if args.sentences:
         sentences = [s for s in Path(args.sentences).read_text("utf-8").splitlines() if s.strip()]
-    figures = run_load(
-        args.export_dir,
-        threads=args.threads,
-        seconds=args.seconds,
-        huge_rows=args.huge_rows,
-        large_rows=args.large_rows,
-        small_rows=tuple(args.small_rows),
-        hostile_share=args.hostile_share,
-        sentences=sentences,
-        signature=args.signature,
-        seed=args.seed,
-        inter_op_threads=args.inter_op_threads,
-        intra_op_threads=args.intra_op_threads,
-    )
-    cost = [
-        long_row_cost(
+    kernel_sets = ["eigen", "onednn"] if args.kernels == "both" else [args.kernels]
+    results = {}
+    for kernels in kernel_sets:
+        figures = run_load(
             args.export_dir,
-            rows,
+            threads=args.threads,
+            seconds=args.seconds,
+            huge_rows=args.huge_rows,
+            large_rows=args.large_rows,
+            small_rows=tuple(args.small_rows),
+            hostile_share=args.hostile_share,
             sentences=sentences,
             signature=args.signature,
+            seed=args.seed,
             inter_op_threads=args.inter_op_threads,
             intra_op_threads=args.intra_op_threads,
+            kernels=kernels,
         )
-        for rows in args.long_row
-    ]
-    print(format_table(figures, cost))
+        cost = [
+            long_row_cost(
+                args.export_dir,
+                rows,
+                sentences=sentences,
+                signature=args.signature,
+                inter_op_threads=args.inter_op_threads,
+                intra_op_threads=args.intra_op_threads,
+                kernels=kernels,
+            )
+            for rows in args.long_row
+        ]
+        print(format_table(figures, cost) + "\n", flush=True)
+        results[kernels] = {"load": figures, "long_row": cost}
+    if len(results) > 1:
+        print(kernel_bounds({k: r["load"] for k, r in results.items()}))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"load": figures, "long_row": cost}, indent=2))
+        only = results[kernel_sets[0]] if len(results) == 1 else results
+        Path(args.json_out).write_text(json.dumps(only, indent=2))
     return 0
 
 

@@ -19,7 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks.serving_load import long_row_cost
+from benchmarks import serving_load
+from benchmarks.serving_load import kernel_bounds, long_row_cost
 from keras_transformer.inference import export
 from keras_transformer.inference.translator import Translator
 from tests.helpers import tiny_transformer
@@ -236,3 +237,52 @@ def test_a_long_row_costs_bounded_memory(tiny_translation_model, tmp_path):
     path = export.export_translator(translator, tmp_path, "wide", signatures="serving_default")
     cost = long_row_cost(path, rows=16, sentences=NORMAL)
     assert cost["per_row_mb"] <= 4, cost
+
+
+def _load_figures(start, loaded, peak, small, inter_op_threads=0):
+    return {
+        "inter_op_threads": inter_op_threads,
+        "rss_mb": {"start": start, "loaded": loaded, "peak": peak},
+        "kinds": {"small": {"requests": small}},
+    }
+
+
+def test_kernel_bounds_marks_each_bound_met_or_missed():
+    """`serving_load.py --kernels both`: issue 79's bounds over both kernel sets' figures,
+    each marked; the growth bound follows the inter-op threads."""
+    lines = kernel_bounds(
+        {
+            "eigen": _load_figures(800, 1050, 1450, small=7000),
+            "onednn": _load_figures(800, 950, 1600, small=5000),
+        }
+    ).splitlines()
+    assert lines[0] == "issue 79's serving bounds, eigen | onednn:"
+    assert lines[1] == "  MISS growth under load, MB (<= 512): +400 | +650"
+    assert lines[2] == (
+        "  MISS the loaded export over TensorFlow and tensorflow-text, MB (<= 205): +250 | +150"
+    )
+    assert lines[3] == "  MISS small requests answered (oneDNN >= Eigen: 0.71x): 7000 | 5000"
+    met = kernel_bounds(
+        {
+            "eigen": _load_figures(800, 900, 1800, small=100, inter_op_threads=16),
+            "onednn": _load_figures(800, 900, 1700, small=100, inter_op_threads=16),
+        }
+    ).splitlines()
+    assert [line[:6] for line in met[1:]] == ["  ok  "] * 3
+    assert "(<= 1024)" in met[1]
+
+
+def test_the_serving_worker_runs_on_the_kernels_asked(monkeypatch):
+    """`--kernels eigen` / `onednn` set TF_ENABLE_ONEDNN_OPTS in the serving process only;
+    "default" leaves the environment's."""
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "mine")
+    seen = []
+
+    def fake_run(command, env, **kwargs):
+        seen.append(env["TF_ENABLE_ONEDNN_OPTS"])
+        return subprocess.CompletedProcess(command, 0, stdout="{}\n", stderr="")
+
+    monkeypatch.setattr(serving_load.subprocess, "run", fake_run)
+    for kernels in ("eigen", "onednn", "default"):
+        serving_load._run_worker({"kernels": kernels}, timeout=1)
+    assert seen == ["0", "1", "mine"]
