@@ -1,6 +1,7 @@
 """Shared benchmark helpers: the machine's matmul peak and CPU kernels, model FLOPs, the
 KerasHub peer."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -33,6 +34,14 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10, trials: int = 3) -> flo
         run(a, b).numpy()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 * repeats / best / 1e9
+
+
+def require_peer(parser, module: str = "ctranslate2") -> None:
+    """Stops with one line if the benchmark's peer `module` is not installed in this
+    environment (it comes with the package's `benchmarks` extra), before any work that
+    would be wasted without it."""
+    if importlib.util.find_spec(module) is None:
+        parser.error(f"{module} is not installed here: pip install -e '.[benchmarks]'")
 
 
 def cpu_kernels() -> str:

@@ -68,7 +68,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from common import cpu_kernels, cpu_model
+from common import cpu_kernels, cpu_model, require_peer
 from decode import _tensorflow_settings, ctranslate2_rate, sentences_per_second
 
 from keras_transformer.inference.export import EXPORT_DTYPES
@@ -384,6 +384,7 @@ def main() -> None:
         help="time CTranslate2 alone (no import, no export)",
     )
     args = parser.parse_args()
+    require_peer(parser)
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
     record = reference(args)

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from common import cpu_model
+from common import cpu_model, require_peer
 from decode import _tensorflow_settings, ctranslate2_rate, sentences_per_second
 from marian import ratio_line, run_child, spread
 
@@ -372,6 +372,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, help="fewer layers: a quick trial of the script")
     parser.add_argument("--d-model", type=int, help="a smaller width: a quick trial")
     args = parser.parse_args()
+    require_peer(parser)
     if (args.reuse or args.decode_only) and not args.work_dir:
         parser.error("--reuse needs the --work-dir of an earlier run (made with --keep)")
     args.reuse |= args.decode_only
