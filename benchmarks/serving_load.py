@@ -615,7 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         "(TF_ENABLE_ONEDNN_OPTS 0 or 1), both (one load each, and issue 79's bounds), or "
         "default (the environment's)",
     )
-    parser.add_argument("--json-out", help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--json-out",
+        help="also write the figures to this JSON file (with --kernels both, keyed by kernel set)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
