@@ -194,7 +194,7 @@ def main() -> None:
             start = time.perf_counter()
             function()
             times.append(time.perf_counter() - start)
-        print(f"  {name:16s} {min(times) * 1000:7.1f} ms")
+        print(f"  {name:18s} {min(times) * 1000:7.1f} ms")
 
 
 if __name__ == "__main__":

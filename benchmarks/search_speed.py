@@ -62,9 +62,9 @@ def main() -> None:
     ones = np.ones((1, 3), np.int32)
     model((ones, ones))  # builds it
     searches = {
-        "greedy": sampling.GreedySearch(max_length=args.steps + 1, stop_at_end=False),
+        "greedy": sampling.GreedySearch(max_length=args.steps, stop_at_end=False),
         "beam": beam.BeamSearch(
-            max_length=args.steps + 1, beam_width=args.beam_width, stop_at_end=False
+            max_length=args.steps, beam_width=args.beam_width, stop_at_end=False
         ),
     }
     print(f"{cpu_model()}; {cpu_kernels()} kernels, TensorFlow {tf.__version__}")

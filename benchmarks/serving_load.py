@@ -183,6 +183,7 @@ def run_load(
         tensorflow-text imported; loaded, warm, peak, end), "wall_seconds", and
         the arguments.
     """
+    _check_kernels(kernels)
     if threads < 1 or seconds <= 0:
         raise ValueError(f"threads and seconds must be positive. Received: {threads}, {seconds}")
     task = {
@@ -226,6 +227,7 @@ def long_row_cost(
     Returns:
         dict with rows, without_mb, with_mb, extra_mb, per_row_mb.
     """
+    _check_kernels(kernels)
     if rows < 2:
         raise ValueError(f"rows must be at least 2. Received: rows={rows}")
     pool = list(sentences or DEFAULT_SENTENCES)
@@ -251,6 +253,11 @@ def long_row_cost(
         "extra_mb": extra,
         "per_row_mb": extra / (rows - 1),
     }
+
+
+def _check_kernels(kernels: str) -> None:
+    if kernels not in KERNEL_SETTINGS:
+        raise ValueError(f"kernels must be one of {sorted(KERNEL_SETTINGS)}. Received: {kernels!r}")
 
 
 def _saved_model_dir(path: str | os.PathLike) -> Path:
@@ -557,7 +564,7 @@ def kernel_bounds(by_kernels: dict[str, dict]) -> str:
     )
     loaded = [f["rss_mb"]["loaded"] - f["rss_mb"]["start"] for f in figures]
     row(
-        f"the loaded export over TensorFlow and tensorflow-text, MB (<= {LOADED_BOUND_MB:.0f})",
+        f"the loaded export over TensorFlow and tensorflow-text, MB (<= {LOADED_BOUND_MB:.1f})",
         [f"+{m:.0f}" for m in loaded],
         all(m <= LOADED_BOUND_MB for m in loaded),
     )

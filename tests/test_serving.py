@@ -259,7 +259,7 @@ def test_kernel_bounds_marks_each_bound_met_or_missed():
     assert lines[0] == "issue 79's serving bounds, eigen | onednn:"
     assert lines[1] == "  MISS growth under load, MB (<= 512): +400 | +650"
     assert lines[2] == (
-        "  MISS the loaded export over TensorFlow and tensorflow-text, MB (<= 205): +250 | +150"
+        "  MISS the loaded export over TensorFlow and tensorflow-text, MB (<= 204.8): +250 | +150"
     )
     assert lines[3] == "  MISS small requests answered (oneDNN >= Eigen: 0.71x): 7000 | 5000"
     met = kernel_bounds(
@@ -286,3 +286,21 @@ def test_the_serving_worker_runs_on_the_kernels_asked(monkeypatch):
     for kernels in ("eigen", "onednn", "default"):
         serving_load._run_worker({"kernels": kernels}, timeout=1)
     assert seen == ["0", "1", "mine"]
+
+
+def test_the_load_and_the_long_row_pass_their_kernels_to_the_worker(monkeypatch, tmp_path):
+    """`run_load` and `long_row_cost` hand `kernels` to each worker they start, and
+    refuse a kernel set they do not know."""
+    tasks = []
+
+    def fake_worker(task, timeout):
+        tasks.append(task)
+        return {"peak_mb": 1.0}
+
+    monkeypatch.setattr(serving_load, "_run_worker", fake_worker)
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    serving_load.run_load(tmp_path, kernels="eigen")
+    serving_load.long_row_cost(tmp_path, rows=2, kernels="onednn")
+    assert [task["kernels"] for task in tasks] == ["eigen", "onednn", "onednn"]
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        serving_load.run_load(tmp_path, kernels="mkl")
