@@ -43,6 +43,7 @@ def main() -> None:
     import keras
     import tensorflow as tf
 
+    from keras_transformer.constants import END_ID, START_ID
     from keras_transformer.inference import beam, sampling
     from keras_transformer.models.transformer import Transformer
 
@@ -80,9 +81,9 @@ def main() -> None:
             source = tf.constant(
                 np.concatenate(
                     [
-                        np.full((batch, 1), 2),
+                        np.full((batch, 1), START_ID),
                         rng.integers(4, vocab, (batch, args.source_length)),
-                        np.full((batch, 1), 3),
+                        np.full((batch, 1), END_ID),
                     ],
                     axis=1,
                 )
