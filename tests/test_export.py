@@ -17,6 +17,7 @@ import keras_transformer_commands as commands
 from keras_transformer.inference import export, loaded_export
 from keras_transformer.inference.batch_decoding import JIT_SOURCE_LENGTH_STEP
 from keras_transformer.inference.translator import Translator
+from keras_transformer.layers.embedding import PositionalEmbedding
 from keras_transformer.text import corpora
 from keras_transformer.text.tokenizers import SentencePieceTokenizer, learn_sentencepiece_model
 from keras_transformer.training import checkpoints
@@ -279,6 +280,39 @@ def test_the_export_saves_frozen_weights_and_leaves_the_translator_live(exported
     qkv.assign(qkv * 2.0 + 0.3)
     for name in ("serving_default", "beam_search"):
         assert not np.array_equal(loaded.signatures[name](text=text)["score"].numpy(), before[name])
+
+
+def test_the_export_stores_each_sinusoidal_table_once(exported):
+    """Each sinusoidal position table is saved once and captured by every signature's
+    graph, not held as a constant by each function that reads it (six signatures'
+    copies were most of an export's graph and of its memory once loaded)."""
+    translator, _, path = exported
+    tables = [
+        layer._positions().numpy()
+        for layer in translator.model._flatten_layers()
+        if isinstance(layer, PositionalEmbedding) and layer.position_layout != "learned"
+    ]
+    assert len(tables) == 2  # the encoder's and the decoder's
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    graph = saved.meta_graphs[0].graph_def
+
+    def table_constants(nodes):
+        shapes = {table.shape for table in tables}
+        return [
+            tf.make_ndarray(node.attr["value"].tensor)
+            for node in nodes
+            if node.op == "Const"
+            and tuple(d.size for d in node.attr["value"].tensor.tensor_shape.dim) in shapes
+        ]
+
+    in_functions = [c for f in graph.library.function for c in table_constants(f.node_def)]
+    assert in_functions == []
+    stored = table_constants(graph.node)
+    assert len(stored) == len(tables)
+    for table in tables:
+        assert any(np.array_equal(table, constant) for constant in stored)
 
 
 # The exports served in a fresh process, by kind: each with its fixture's name.

@@ -187,6 +187,7 @@ class PositionalEmbedding(keras.layers.Layer):
             else positional_encoding(rows, d_model, position_layout)
         )
         self.position_table = None  # a learned layout's, made in `build`
+        self._encoding_tensor = None  # TensorFlow: the sinusoidal table, made once
         self.layernorm = (
             LayerNormalization(
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layernorm"
@@ -216,7 +217,28 @@ class PositionalEmbedding(keras.layers.Layer):
         """Every row of the positions, `(position_offset + max_length, d_model)`."""
         if self._encoding is None:
             return ops.cast(self.position_table, self.compute_dtype)
+        if backend.ON_TENSORFLOW:
+            return self._shared_encoding()
         return ops.cast(self._encoding, self.compute_dtype)
+
+    def _shared_encoding(self):
+        """The sinusoidal table in the compute dtype as one eager tensor, made on first use.
+
+        A graph that reads a numpy array holds it as a constant of its own, so an
+        export held a copy in every traced function (two tables in each signature's
+        loop: 12.6 of the demo's 17.3 MB saved_model.pb with six signatures, and 90 MB
+        of the memory after loading it). Every graph captures this one tensor instead,
+        and a SavedModel stores a captured tensor once.
+        """
+        dtype = self.compute_dtype
+        table = self._encoding_tensor
+        if table is None or table.dtype != dtype:
+            with tf.init_scope():
+                if not tf.executing_eagerly():  # a TF1-style graph: nothing to share
+                    return ops.cast(self._encoding, dtype)
+                table = tf.cast(tf.constant(self._encoding), dtype)
+            self._encoding_tensor = table
+        return table
 
     def call(self, token_ids, start_position=0):
         validation.check_token_ids("token_ids", token_ids)
