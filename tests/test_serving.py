@@ -239,17 +239,19 @@ def test_a_long_row_costs_bounded_memory(tiny_translation_model, tmp_path):
     assert cost["per_row_mb"] <= 4, cost
 
 
-def _load_figures(start, loaded, peak, small, inter_op_threads=0):
+def _load_figures(start, loaded, peak, small, inter_op_threads=0, **more):
     return {
         "inter_op_threads": inter_op_threads,
         "rss_mb": {"start": start, "loaded": loaded, "peak": peak},
         "kinds": {"small": {"requests": small}},
+        **more,
     }
 
 
 def test_kernel_bounds_marks_each_bound_met_or_missed():
     """`serving_load.py --kernels both`: issue 79's bounds over both kernel sets' figures,
-    each marked; the growth bound follows the inter-op threads."""
+    each marked; the growth bound follows the inter-op threads, and the largest
+    request's own strings are shown beside the growth they are part of."""
     lines = kernel_bounds(
         {
             "eigen": _load_figures(800, 1050, 1450, small=7000),
@@ -264,11 +266,16 @@ def test_kernel_bounds_marks_each_bound_met_or_missed():
     assert lines[3] == "  MISS small requests answered (oneDNN >= Eigen: 0.71x): 7000 | 5000"
     met = kernel_bounds(
         {
-            "eigen": _load_figures(800, 900, 1800, small=100, inter_op_threads=16),
-            "onednn": _load_figures(800, 900, 1700, small=100, inter_op_threads=16),
+            "eigen": _load_figures(
+                800, 900, 1800, small=100, inter_op_threads=16, largest_request_mb=291.6
+            ),
+            "onednn": _load_figures(
+                800, 900, 1700, small=100, inter_op_threads=16, largest_request_mb=290.2
+            ),
         }
     ).splitlines()
-    assert [line[:6] for line in met[1:]] == ["  ok  "] * 3
+    assert met[2] == "       of that growth, the largest request's own strings, MB: 292 | 290"
+    assert [line[:6] for line in met[1:2] + met[3:]] == ["  ok  "] * 3
     assert "(<= 1024)" in met[1]
 
 
