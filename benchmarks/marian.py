@@ -203,6 +203,8 @@ def export(args, run: Path, dtype: str) -> Path:
     cap = str(args.max_length)
     flags = ["--max-length", cap, "--max-length-a", "0", "--max-length-b", cap]
     flags += ["--beam-width", str(args.beam_width), "--compute-dtype", dtype]
+    if args.jit_compile:
+        flags.append("--jit-compile")
     command = [sys.executable, str(ROOT / "keras_transformer_launcher.py"), "export", str(run)]
     command += ["--name", "marian", "--export-root", str(root), "--version", "1", *flags]
     seconds, peak_gb, stdout = run_child(command, "keras-transformer export")
@@ -295,7 +297,11 @@ def compare(args, record: dict, export_paths: dict[str, Path]) -> None:
             search = "serving_default" if beam == 1 else "beam_search"
             rates = {
                 dtype: sentences_per_second(
-                    saved_model.signatures[search], sentences[:count], batch_size, args.repeats
+                    saved_model.signatures[search],
+                    sentences[:count],
+                    batch_size,
+                    args.repeats,
+                    warm_all=args.jit_compile,
                 )
                 for dtype, saved_model in ours.items()
             }
@@ -377,6 +383,12 @@ def main() -> None:
         choices=EXPORT_DTYPES,
         default=list(EXPORT_DTYPES),
         help="our exports to time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="export with --jit-compile (greedy and beam search compiled by XLA), every "
+        "batch run once before the timing so that each shape compiles untimed",
     )
     parser.add_argument(
         "--peer-only",

@@ -9,7 +9,8 @@ shared and tied 58,101-token table); each search is traced once with
 decodes `--steps` tokens (`stop_at_end=False`), so that both versions do the same work.
 Sources are random ids, `--source-length` tokens between [START] and [END]. Prints
 sentences/s, the best of `--calls` timed calls after an untimed one; set
-`TF_ENABLE_ONEDNN_OPTS=0` before the command to time Eigen's kernels:
+`TF_ENABLE_ONEDNN_OPTS=0` before the command to time Eigen's kernels, `--jit-compile`
+to time the searches XLA compiles:
 
     PYTHONPATH=. python benchmarks/search_speed.py
     PYTHONPATH=. python benchmarks/search_speed.py --searches beam --batch-sizes 64
@@ -38,6 +39,12 @@ def main() -> None:
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 1])
     parser.add_argument("--calls", type=int, default=2, help="timed calls; the best is kept")
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="compile each search with XLA, on the fixed-shape caches XLA needs (as "
+        "`export --jit-compile`); each batch size compiles on its untimed call",
+    )
     args = parser.parse_args()
 
     import keras
@@ -68,12 +75,15 @@ def main() -> None:
             max_length=args.steps, beam_width=args.beam_width, stop_at_end=False
         ),
     }
-    print(f"{cpu_model()}; {cpu_kernels()} kernels, TensorFlow {tf.__version__}")
+    compiled = ", searches compiled by XLA" if args.jit_compile else ""
+    print(f"{cpu_model()}; {cpu_kernels()} kernels{compiled}, TensorFlow {tf.__version__}")
     rng = np.random.default_rng(0)
     for name in args.searches:
-        search = searches[name]
+        search = searches[name].replace(fixed_shapes=args.jit_compile)
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
+        @tf.function(
+            input_signature=[tf.TensorSpec([None, None], tf.int64)], jit_compile=args.jit_compile
+        )
         def translate(source, search=search):
             return search(model, source).tokens
 
