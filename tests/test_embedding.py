@@ -79,6 +79,20 @@ def test_positional_embedding_start_position_continues_the_sequence():
     assert_close(layer(ids[:, 5:6], start_position=5), layer(ids)[:, 5:6])
 
 
+def test_traced_graphs_share_the_layer_s_one_position_table():
+    """On TensorFlow every traced function captures the one table the layer keeps (so an
+    export stores it once), and computes what the eager call does."""
+    layer = kt.PositionalEmbedding(VOCAB, D, max_length=32)
+    ids = token_ids(2, 8, VOCAB)
+    traced = [tf.function(lambda x: layer(x)) for _ in range(2)]
+    captured = [
+        [t for t in f.get_concrete_function(ids).captured_inputs if t.shape == (32, D)]
+        for f in traced
+    ]
+    assert len(captured[0]) == len(captured[1]) == 1 and captured[0][0] is captured[1][0]
+    assert_close(traced[0](ids), layer(ids))
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -234,8 +234,6 @@ class PositionalEmbedding(keras.layers.Layer):
         table = self._encoding_tensor
         if table is None or table.dtype != dtype:
             with tf.init_scope():
-                if not tf.executing_eagerly():  # a TF1-style graph: nothing to share
-                    return ops.cast(self._encoding, dtype)
                 table = tf.cast(tf.constant(self._encoding), dtype)
             self._encoding_tensor = table
         return table
