@@ -372,10 +372,8 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
         roles[1] = "large"
     low, high = task["small_rows"]
     lock = threading.Lock()
-    records: list[tuple[str, int, float, bool, float]] = []  # kind, rows, seconds, ok, start
-    # The most bytes of strings one request sent: the serving process holds them as its
-    # input tensor for the whole call, so they are part of the growth under load.
-    largest_request = {"bytes": 0}
+    # kind, rows, seconds, ok, start, bytes of strings sent
+    records: list[tuple[str, int, float, bool, float, int]] = []
     counts = {"wrong": 0, "mismatched": 0}
     first_errors: list[str] = []
 
@@ -420,21 +418,19 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
         while time.perf_counter() < deadline:
             rows = request(kind, rng)
             sent = sum(len(row) for row in rows)
-            with lock:
-                largest_request["bytes"] = max(largest_request["bytes"], sent)
             start = time.perf_counter()
             try:
                 out = call(rows)
                 elapsed = time.perf_counter() - start
                 ok, mismatched = check(rows, out)
                 with lock:
-                    records.append((kind, len(rows), elapsed, True, start - started))
+                    records.append((kind, len(rows), elapsed, True, start - started, sent))
                     counts["wrong"] += not ok
                     counts["mismatched"] += mismatched
             except Exception as error:  # a failed request is a figure, not the end of the run
                 elapsed = time.perf_counter() - start
                 with lock:
-                    records.append((kind, len(rows), elapsed, False, start - started))
+                    records.append((kind, len(rows), elapsed, False, start - started, sent))
                     if len(first_errors) < 5:
                         first_errors.append(f"{kind}: {type(error).__name__}: {error}"[:500])
 
@@ -476,7 +472,9 @@ def _serve_load(task: dict, call, rss_start: float, rss_loaded: float) -> dict:
         log=[(r[0], r[1], round(r[4], 3), round(r[2], 3), r[3]) for r in records],
         wall_seconds=wall,
         unloaded_p50=_percentile(unloaded, 50),
-        largest_request_mb=largest_request["bytes"] / 2**20,
+        # The serving process holds a request's strings as its input tensor for the
+        # whole call, so the largest request's are part of the growth under load.
+        largest_request_mb=max((r[5] for r in records), default=0) / 2**20,
         rss_mb={
             "start": rss_start,
             "loaded": rss_loaded,
